@@ -1,0 +1,41 @@
+"""The http handler: one request; a 2xx status is success."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from agents.handlers.base import Outcome, RunContext
+
+EXCERPT = 2048
+DEFAULT_TIMEOUT = 60.0
+
+_client: httpx.AsyncClient | None = None
+
+
+def _shared_client() -> httpx.AsyncClient:
+    global _client
+    if _client is None:
+        _client = httpx.AsyncClient(follow_redirects=True, timeout=DEFAULT_TIMEOUT)
+    return _client
+
+
+async def run_http(task: dict[str, Any], ctx: RunContext) -> Outcome:
+    """Send the request; keep the status and an excerpt of the body."""
+    kwargs: dict[str, Any] = {"headers": task.get("headers") or {}}
+    body = task.get("body")
+    if isinstance(body, (dict, list)):
+        kwargs["json"] = body
+    elif body is not None:
+        kwargs["content"] = str(body)
+    try:
+        resp = await _shared_client().request(task.get("method", "GET"), task["url"], **kwargs)
+    except httpx.HTTPError as exc:
+        return Outcome(False, f"{type(exc).__name__}: {exc or 'request failed'} ({task['url']})")
+    text = resp.text
+    ctx.write(text.encode())
+    result = {"status": resp.status_code, "body": text[:EXCERPT]}
+    if 200 <= resp.status_code < 300:
+        return Outcome(True, result=result)
+    return Outcome(False, f"HTTP {resp.status_code} {resp.reason_phrase}", result=result)

@@ -1,0 +1,1 @@
+"""Textual terminal console (see the console issue)."""

@@ -1,0 +1,146 @@
+"""The ASGI app: error mapping, body limits, and the routers of every resource."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core.engine import Engine
+from core.errors import JobDeckError, PayloadTooLarge
+
+API_VERSION = "0.1.0"
+BATCH_PATH = "/v1/jobs/batch"
+
+
+class JSON(Response):
+    """JSON responses through orjson."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def error_response(err: JobDeckError) -> JSON:
+    """The one error shape: `{"error", "message", "field"}` with the error's status."""
+    return JSON(err.to_dict(), status_code=err.status)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path") else loc)
+    # Discriminated unions put the tag in the location ("task", "shell", "command"): drop it.
+    out = ""
+    for i, p in enumerate(parts):
+        if i > 0 and parts[i - 1] == "task" and p in ("shell", "http", "python"):
+            continue
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def validation_error(exc: RequestValidationError) -> JobDeckError:
+    """Turn pydantic's first complaint into one clear message naming the field (and batch index)."""
+    from core.errors import InvalidInput
+
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid":
+        return InvalidInput(f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(": "))
+    field = _field_path(loc)
+    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    if first.get("type") == "missing":
+        msg = "this field is required"
+    elif "input" in first and first.get("type") not in ("model_type", "dict_type", "model_attributes_type"):
+        shown = orjson.dumps(first["input"], default=str).decode()
+        if len(shown) <= 80:
+            msg += f" (got {shown})"
+    prefix = ""
+    if len(loc) > 2 and loc[:2] == ("body", "jobs") and isinstance(loc[2], int):
+        prefix = f"job at index {loc[2]} is invalid, nothing was stored: "
+    more = f" ({len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    extra: dict[str, Any] = {"index": loc[2]} if prefix else {}
+    return InvalidInput(f"{prefix}{field or 'body'}: {msg}{more}", field=field or None, **extra)
+
+
+class BodyLimit:
+    """Refuse bodies over the limit with 413 (the batch route has a larger one); read every body as JSON."""
+
+    def __init__(self, app: ASGIApp, limit: int, batch_limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.batch_limit = batch_limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.batch_limit if scope["path"] == BATCH_PATH else self.limit
+        for k, v in scope.get("headers", []):
+            if k == b"content-length" and v.isdigit() and int(v) > limit:
+                await self._too_large(scope, receive, send, limit)
+                return
+        # Every body of this API is JSON: read it as JSON whatever the client labelled it
+        # (curl -d says application/x-www-form-urlencoded).
+        scope = dict(scope)
+        scope["headers"] = [(k, v) for k, v in scope.get("headers", []) if k != b"content-type"]
+        scope["headers"].append((b"content-type", b"application/json"))
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > limit:
+                    raise PayloadTooLarge(f"the request body is over {limit} bytes")
+            return msg
+
+        await self.app(scope, counted, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        err = PayloadTooLarge(
+            f"the request body is over the limit of {limit} bytes ({limit // 1024} KiB)"
+            + ("; split the batch" if limit == self.batch_limit else "; use /v1/jobs/batch for many jobs")
+        )
+        await error_response(err)(scope, receive, send)
+
+
+def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
+    """The API of one node over `engine`."""
+    from core.api import events, jobs, queues, schedules, system
+
+    app = FastAPI(
+        title="JobDeck API",
+        version=API_VERSION,
+        description="Submit, watch and steer jobs. Errors are JSON: {error, message, field}.",
+        default_response_class=JSON,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.engine = engine
+
+    @app.exception_handler(JobDeckError)
+    async def _jobdeck_error(_: Request, exc: JobDeckError) -> Response:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
+        return error_response(validation_error(exc))
+
+    from starlette.exceptions import HTTPException
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, exc: HTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSON({"error": code, "message": str(exc.detail), "field": None}, status_code=exc.status_code)
+
+    for module in (jobs, queues, schedules, system, events):
+        app.include_router(module.router)
+    settings = engine.settings
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, batch_limit=16 * settings.max_body_bytes)
+    return app

@@ -1,0 +1,105 @@
+"""Routes for jobs: submit (one or a batch), read, list, and the operator actions."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from core.api.app import JSON
+from core.api.deps import get_engine, parse_time
+from core.api.schemas import JobBatch, JobCreate, PriorityChange
+from core.engine import Engine
+from core.errors import InvalidInput
+from core.model import ALL_STATES, job_to_dict
+from core.store.base import EventFilter, JobFilter
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+EngineDep = Annotated[Engine, Depends(get_engine)]
+
+
+@router.post("/jobs", status_code=201, summary="Submit a job")
+async def create_job(body: JobCreate, engine: EngineDep) -> JSON:
+    """Store a job and return it (200 with the existing job if its idempotency key was used before)."""
+    job, created = (await engine.submit([body.to_spec()]))[0]
+    return JSON(job_to_dict(job), status_code=201 if created else 200)
+
+
+@router.post("/jobs/batch", status_code=201, summary="Submit up to 10,000 jobs at once")
+async def create_jobs(body: JobBatch, engine: EngineDep) -> dict[str, Any]:
+    """All are stored in one transaction, or none (a bad job is named by its index)."""
+    out = await engine.submit([j.to_spec() for j in body.jobs])
+    return {"ids": [j.id for j, _ in out], "created": sum(1 for _, c in out if c)}
+
+
+@router.get("/jobs", summary="List jobs, newest first")
+async def list_jobs(
+    engine: EngineDep,
+    state: Annotated[str | None, Query(description="comma-separated states")] = None,
+    queue: str | None = None,
+    name_prefix: str | None = None,
+    tag: str | None = None,
+    created_after: Annotated[str | None, Query(description="ISO 8601")] = None,
+    created_before: Annotated[str | None, Query(description="ISO 8601")] = None,
+    schedule_id: int | None = None,
+    cursor: Annotated[int | None, Query(description="next_cursor of the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Filter by state, queue, name prefix, tag and creation time; page with `cursor`."""
+    states = tuple(s for s in (state or "").split(",") if s)
+    bad = [s for s in states if s not in ALL_STATES]
+    if bad:
+        raise InvalidInput(f"state: unknown state {bad[0]!r}; use one of {', '.join(ALL_STATES)}", field="state")
+    flt = JobFilter(
+        states=states,
+        queue=queue,
+        name_prefix=name_prefix,
+        tag=tag,
+        created_after=parse_time(created_after, "created_after"),
+        created_before=parse_time(created_before, "created_before"),
+        schedule_id=schedule_id,
+    )
+    jobs = await engine.store.list_jobs(flt, cursor, limit)
+    return {"jobs": [job_to_dict(j) for j in jobs], "next_cursor": jobs[-1].id if len(jobs) == limit else None}
+
+
+@router.get("/jobs/{job_id}", summary="Get a job")
+async def get_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
+    return job_to_dict(await engine.store.get_job(job_id))
+
+
+@router.get("/jobs/{job_id}/attempts", summary="A job's attempts with their output")
+async def get_attempts(job_id: int, engine: EngineDep) -> dict[str, Any]:
+    return {"job_id": job_id, "attempts": await engine.store.list_attempts(job_id)}
+
+
+@router.get("/jobs/{job_id}/events", summary="A job's events, oldest first")
+async def get_job_events(job_id: int, engine: EngineDep, limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> JSON:
+    await engine.store.get_job(job_id)
+    events = await engine.store.events_since(0, limit, EventFilter(job_ids=frozenset({job_id})))
+    return JSON(b'{"events":[' + b",".join(e.body for e in events) + b"]}")
+
+
+@router.post("/jobs/{job_id}/cancel", summary="Cancel a job (a running one is stopped first)")
+async def cancel_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
+    return job_to_dict(await engine.cancel(job_id))
+
+
+@router.post("/jobs/{job_id}/pause", summary="Pause a waiting job")
+async def pause_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
+    return job_to_dict(await engine.pause(job_id))
+
+
+@router.post("/jobs/{job_id}/resume", summary="Resume a paused job")
+async def resume_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
+    return job_to_dict(await engine.resume(job_id))
+
+
+@router.post("/jobs/{job_id}/retry", summary="Run a finished job again; replays a dead one")
+async def retry_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
+    return job_to_dict(await engine.retry(job_id))
+
+
+@router.post("/jobs/{job_id}/priority", summary="Set the priority of a waiting job")
+async def set_priority(job_id: int, body: PriorityChange, engine: EngineDep) -> dict[str, Any]:
+    return job_to_dict(await engine.set_priority(job_id, body.priority))

@@ -1,0 +1,98 @@
+"""Routes for schedules: create, read, list, update, delete, pause, resume, preview, run now."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Response
+
+from core.api.deps import get_engine
+from core.api.schemas import ScheduleCreate, ScheduleFields, ScheduleUpdate, _epoch
+from core.engine import Engine
+from core.errors import InvalidSchedule
+from core.model import job_to_dict
+from core.schedule import Schedule, preview, schedule_to_dict
+
+router = APIRouter(prefix="/v1", tags=["schedules"])
+EngineDep = Annotated[Engine, Depends(get_engine)]
+
+
+def _apply_timing(s: Schedule, body: ScheduleFields, now: float) -> None:
+    given = [k for k in ("cron", "interval", "at", "delay") if getattr(body, k) is not None]
+    if len(given) > 1:
+        raise InvalidSchedule(
+            f"give one of 'cron', 'interval', 'at' or 'delay', not {' and '.join(given)}", field=given[1]
+        )
+    if body.timezone is not None:
+        s.timezone = body.timezone
+    if not given:
+        return
+    s.cron = s.interval = s.at = None
+    if body.cron is not None:
+        s.kind, s.cron = "cron", body.cron
+    elif body.interval is not None:
+        s.kind, s.interval, s.anchor = "interval", body.interval, now
+    else:
+        s.kind = "once"
+        s.at = _epoch(body.at) if body.at is not None else now + (body.delay or 0.0)
+
+
+@router.post("/schedules", status_code=201, summary="Create a schedule")
+async def create_schedule(body: ScheduleCreate, engine: EngineDep) -> dict[str, Any]:
+    now = engine.clock()
+    s = Schedule(0, body.name, "once", None, None, None, body.timezone or "UTC", now, body.job.to_spec(),
+                 body.paused, None, None, now, now)  # fmt: skip
+    _apply_timing(s, body, now)
+    return schedule_to_dict(await engine.create_schedule(s))
+
+
+@router.get("/schedules", summary="List schedules")
+async def list_schedules(engine: EngineDep) -> dict[str, Any]:
+    return {"schedules": [schedule_to_dict(s) for s in await engine.store.list_schedules()]}
+
+
+@router.get("/schedules/{schedule_id}", summary="Get a schedule")
+async def get_schedule(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
+    return schedule_to_dict(await engine.store.get_schedule(schedule_id))
+
+
+@router.patch("/schedules/{schedule_id}", summary="Change a schedule")
+async def update_schedule(schedule_id: int, body: ScheduleUpdate, engine: EngineDep) -> dict[str, Any]:
+    s = await engine.store.get_schedule(schedule_id)
+    _apply_timing(s, body, engine.clock())
+    if body.name is not None:
+        s.name = body.name
+    if body.job is not None:
+        s.job = body.job.to_spec()
+    if body.paused is not None:
+        s.paused = body.paused
+    return schedule_to_dict(await engine.update_schedule(s))
+
+
+@router.delete("/schedules/{schedule_id}", status_code=204, summary="Delete a schedule (its jobs stay)")
+async def delete_schedule(schedule_id: int, engine: EngineDep) -> Response:
+    await engine.store.delete_schedule(schedule_id)
+    return Response(status_code=204)
+
+
+@router.post("/schedules/{schedule_id}/pause", summary="Pause a schedule")
+async def pause_schedule(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
+    return schedule_to_dict(await engine.set_schedule_paused(schedule_id, True))
+
+
+@router.post("/schedules/{schedule_id}/resume", summary="Resume a schedule")
+async def resume_schedule(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
+    return schedule_to_dict(await engine.set_schedule_paused(schedule_id, False))
+
+
+@router.post("/schedules/{schedule_id}/run", status_code=201, summary="Make one job from the schedule now")
+async def run_schedule(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
+    return job_to_dict(await engine.run_schedule_now(schedule_id))
+
+
+@router.get("/schedules/{schedule_id}/preview", summary="The next N fire times, local and UTC")
+async def preview_schedule(
+    schedule_id: int, engine: EngineDep, n: Annotated[int, Query(ge=1, le=1000)] = 10
+) -> dict[str, Any]:
+    s = await engine.store.get_schedule(schedule_id)
+    return {"schedule_id": s.id, "timezone": s.timezone, "fire_times": preview(s, engine.clock(), n)}

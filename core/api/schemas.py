@@ -1,0 +1,184 @@
+"""Request bodies of the API, validated with pydantic (which also writes the OpenAPI document)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from core.model import PRIORITY_MAX, PRIORITY_MIN
+from core.schedule import validate_cron, zone
+
+QUEUE_NAME = r"^[A-Za-z0-9_.:\-]{1,64}$"
+_DOTTED = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ShellTask(_Strict):
+    """Run a command: `command` (a /bin/sh string) or `argv` (no shell)."""
+
+    kind: Literal["shell"]
+    command: str | None = Field(None, min_length=1, max_length=100_000)
+    argv: list[str] | None = Field(None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ShellTask:
+        if (self.command is None) == (self.argv is None):
+            raise ValueError("give exactly one of 'command' (a shell string) or 'argv' (a list)")
+        return self
+
+
+class HttpTask(_Strict):
+    """Send one HTTP request; a 2xx status is success."""
+
+    kind: Literal["http"]
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"] = "GET"
+    url: str = Field(pattern=r"^https?://\S+$", max_length=8192)
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: Any = None
+
+
+class PythonTask(_Strict):
+    """Call a Python function by dotted path (`package.module:function`) with JSON args."""
+
+    kind: Literal["python"]
+    function: str = Field(max_length=300)
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("function")
+    @classmethod
+    def _dotted(cls, v: str) -> str:
+        if not _DOTTED.match(v):
+            raise ValueError(f"{v!r} is not a dotted path like 'package.module:function'")
+        return v
+
+
+Task = Annotated[ShellTask | HttpTask | PythonTask, Field(discriminator="kind")]
+
+
+class Backoff(_Strict):
+    """Retry delays: base * 2^(attempt-1), capped, with jitter."""
+
+    base: float = Field(1.0, gt=0, le=86_400)
+    cap: float = Field(3600.0, gt=0, le=30 * 86_400)
+
+
+def _epoch(dt: datetime | None) -> float | None:
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+class JobTemplate(_Strict):
+    """What a job is, without when it runs (used by schedules)."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    queue: str = Field("default", pattern=QUEUE_NAME)
+    priority: int = Field(0, ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    task: Task
+    max_attempts: int = Field(3, ge=1, le=1000)
+    backoff: Backoff = Field(default_factory=Backoff)
+    timeout: float | None = Field(None, gt=0, le=30 * 86_400)
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=32)
+
+    def to_spec(self) -> dict[str, Any]:
+        """The plain dict the engine builds a job from."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class JobCreate(JobTemplate):
+    """A job to submit. `run_at` (ISO 8601) or `delay` (seconds) defers it; otherwise it is due now."""
+
+    run_at: datetime | None = None
+    delay: float | None = Field(None, ge=0, le=366 * 86_400)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _when(self) -> JobCreate:
+        if self.run_at is not None and self.delay is not None:
+            raise ValueError("give 'run_at' or 'delay', not both")
+        return self
+
+    def to_spec(self) -> dict[str, Any]:
+        spec = super().to_spec()
+        spec["run_at"] = _epoch(self.run_at)
+        return spec
+
+
+class JobBatch(_Strict):
+    """Up to 10,000 jobs, stored all together or not at all."""
+
+    jobs: list[JobCreate] = Field(min_length=1, max_length=10_000)
+
+
+class PriorityChange(_Strict):
+    """The new priority: higher runs first."""
+
+    priority: int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
+
+
+class ConcurrencyChange(_Strict):
+    """How many jobs of the queue may run at once across all agents; null for no limit."""
+
+    concurrency: int | None = Field(ge=0, le=1_000_000)
+
+
+class ScheduleFields(_Strict):
+    """Timing of a schedule: exactly one of `cron`, `interval` (seconds), `at` (one time) or `delay`."""
+
+    cron: str | None = Field(None, max_length=200)
+    interval: float | None = Field(None, ge=1, le=366 * 86_400)
+    at: datetime | None = None
+    delay: float | None = Field(None, ge=0, le=366 * 86_400)
+    timezone: str = "UTC"
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str | None) -> str | None:
+        if v is not None:
+            validate_cron(v)
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str | None) -> str | None:
+        if v is not None:
+            zone(v)
+        return v
+
+
+class ScheduleCreate(ScheduleFields):
+    """A recurring (cron, interval) or one-time (at, delay) schedule that makes jobs from `job`."""
+
+    name: str = Field(min_length=1, max_length=200)
+    job: JobTemplate
+    paused: bool = False
+
+    @model_validator(mode="after")
+    def _one_timing(self) -> ScheduleCreate:
+        given = [k for k in ("cron", "interval", "at", "delay") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of 'cron', 'interval', 'at' or 'delay'"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        return self
+
+
+class ScheduleUpdate(ScheduleFields):
+    """Fields to change; timing fields replace the old timing."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    job: JobTemplate | None = None
+    timezone: str | None = None  # type: ignore[assignment]
+    paused: bool | None = None

@@ -1,0 +1,33 @@
+"""Routes about the node: health, agents, stats."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+
+from core.api.deps import get_engine
+from core.engine import Engine
+
+router = APIRouter(tags=["system"])
+EngineDep = Annotated[Engine, Depends(get_engine)]
+
+
+@router.get("/healthz", summary="Liveness and a few facts")
+async def healthz(engine: EngineDep) -> dict[str, Any]:
+    return {
+        "status": "ok",
+        "schema_version": getattr(engine.store, "schema_version", None),
+        "last_seq": await engine.store.last_seq(),
+        "agents": len(engine.sessions),
+    }
+
+
+@router.get("/v1/agents", summary="Connected agents with their slots and current jobs")
+async def list_agents(engine: EngineDep) -> dict[str, Any]:
+    return {"agents": engine.agents()}
+
+
+@router.get("/v1/stats", summary="Counts by state and queue; finished jobs per second over the last minute")
+async def stats(engine: EngineDep) -> dict[str, Any]:
+    return await engine.store.stats(engine.clock())

@@ -1,0 +1,207 @@
+"""The one typed async client of the JobDeck API, used by the CLI, agents, front ends and tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+import orjson
+import websockets
+
+from core.errors import JobDeckError, Unavailable, error_from_dict
+
+DEFAULT_SERVER = "http://127.0.0.1:8640"
+
+Json = dict[str, Any]
+
+
+class JobDeckClient:
+    """REST calls return the API's JSON as dicts; errors raise the matching `core.errors` class."""
+
+    def __init__(self, server: str = DEFAULT_SERVER, *, token: str | None = None, timeout: float = 30.0) -> None:
+        self.server = server.rstrip("/")
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(base_url=self.server, headers=headers, timeout=timeout)
+        self._token = token
+
+    async def __aenter__(self) -> JobDeckClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None) -> Any:
+        try:
+            content = orjson.dumps(json) if json is not None else None
+            headers = {"content-type": "application/json"} if content is not None else None
+            clean = {k: v for k, v in (params or {}).items() if v is not None}
+            resp = await self._http.request(method, path, content=content, params=clean, headers=headers)
+        except httpx.TransportError as exc:
+            raise Unavailable(
+                f"cannot reach JobDeck at {self.server} ({type(exc).__name__}); is it running? (`jobdeck up` starts one)"
+            ) from None
+        if resp.status_code == 204:
+            return None
+        try:
+            body = orjson.loads(resp.content) if resp.content else None
+        except orjson.JSONDecodeError:
+            body = {"error": "bad_response", "message": resp.text[:300]}
+        if resp.status_code >= 400:
+            raise error_from_dict(resp.status_code, body if isinstance(body, dict) else {})
+        return body
+
+    # -- jobs
+
+    async def submit(self, spec: Json) -> Json:
+        """Submit one job (see the JobCreate schema) and return it."""
+        return await self._call("POST", "/v1/jobs", json=spec)  # type: ignore[no-any-return]
+
+    async def submit_batch(self, specs: Sequence[Json]) -> Json:
+        """Submit up to 10,000 jobs in one transaction; returns `{"ids", "created"}`."""
+        return await self._call("POST", "/v1/jobs/batch", json={"jobs": list(specs)})  # type: ignore[no-any-return]
+
+    async def get_job(self, job_id: int) -> Json:
+        return await self._call("GET", f"/v1/jobs/{job_id}")  # type: ignore[no-any-return]
+
+    async def list_jobs(self, **filters: Any) -> Json:
+        """Filters: state, queue, name_prefix, tag, created_after, created_before, cursor, limit."""
+        return await self._call("GET", "/v1/jobs", params=filters)  # type: ignore[no-any-return]
+
+    async def attempts(self, job_id: int) -> list[Json]:
+        return (await self._call("GET", f"/v1/jobs/{job_id}/attempts"))["attempts"]  # type: ignore[no-any-return]
+
+    async def job_events(self, job_id: int) -> list[Json]:
+        return (await self._call("GET", f"/v1/jobs/{job_id}/events"))["events"]  # type: ignore[no-any-return]
+
+    async def job_action(self, job_id: int, action: str) -> Json:
+        """action: cancel, pause, resume or retry."""
+        return await self._call("POST", f"/v1/jobs/{job_id}/{action}")  # type: ignore[no-any-return]
+
+    async def set_priority(self, job_id: int, priority: int) -> Json:
+        return await self._call("POST", f"/v1/jobs/{job_id}/priority", json={"priority": priority})  # type: ignore[no-any-return]
+
+    async def wait_for(
+        self, job_id: int, states: Sequence[str] = ("succeeded", "dead", "cancelled"), timeout: float = 60.0
+    ) -> Json:
+        """Follow the job's events until it reaches one of `states`; return the job."""
+        async with asyncio.timeout(timeout):
+            async for _ in self.events(
+                since=0,
+                job_ids=[job_id],
+                until_caught_up=False,
+                stop_when=lambda e: e.get("data", {}).get("job", {}).get("state") in states,
+            ):
+                pass
+        return await self.get_job(job_id)
+
+    # -- queues
+
+    async def queues(self) -> list[Json]:
+        return (await self._call("GET", "/v1/queues"))["queues"]  # type: ignore[no-any-return]
+
+    async def queue_action(self, name: str, action: str) -> Json:
+        """action: pause or resume."""
+        return await self._call("POST", f"/v1/queues/{name}/{action}")  # type: ignore[no-any-return]
+
+    async def set_concurrency(self, name: str, concurrency: int | None) -> Json:
+        return await self._call("PUT", f"/v1/queues/{name}/concurrency", json={"concurrency": concurrency})  # type: ignore[no-any-return]
+
+    # -- schedules
+
+    async def create_schedule(self, spec: Json) -> Json:
+        return await self._call("POST", "/v1/schedules", json=spec)  # type: ignore[no-any-return]
+
+    async def schedules(self) -> list[Json]:
+        return (await self._call("GET", "/v1/schedules"))["schedules"]  # type: ignore[no-any-return]
+
+    async def get_schedule(self, schedule_id: int) -> Json:
+        return await self._call("GET", f"/v1/schedules/{schedule_id}")  # type: ignore[no-any-return]
+
+    async def update_schedule(self, schedule_id: int, changes: Json) -> Json:
+        return await self._call("PATCH", f"/v1/schedules/{schedule_id}", json=changes)  # type: ignore[no-any-return]
+
+    async def delete_schedule(self, schedule_id: int) -> None:
+        await self._call("DELETE", f"/v1/schedules/{schedule_id}")
+
+    async def schedule_action(self, schedule_id: int, action: str) -> Json:
+        """action: pause, resume or run (run returns the job made)."""
+        return await self._call("POST", f"/v1/schedules/{schedule_id}/{action}")  # type: ignore[no-any-return]
+
+    async def preview(self, schedule_id: int, n: int = 10) -> Json:
+        return await self._call("GET", f"/v1/schedules/{schedule_id}/preview", params={"n": n})  # type: ignore[no-any-return]
+
+    # -- node
+
+    async def agents(self) -> list[Json]:
+        return (await self._call("GET", "/v1/agents"))["agents"]  # type: ignore[no-any-return]
+
+    async def stats(self) -> Json:
+        return await self._call("GET", "/v1/stats")  # type: ignore[no-any-return]
+
+    async def health(self) -> Json:
+        return await self._call("GET", "/healthz")  # type: ignore[no-any-return]
+
+    # -- the live feed
+
+    def _ws_url(self, params: dict[str, Any]) -> str:
+        base = self.server.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+        query = "&".join(f"{k}={v}" for k, v in params.items() if v not in (None, ""))
+        return f"{base}/v1/events" + (f"?{query}" if query else "")
+
+    async def events(
+        self,
+        since: int | None = None,
+        *,
+        queues: Sequence[str] = (),
+        job_ids: Sequence[int] = (),
+        types: Sequence[str] = (),
+        until_caught_up: bool = False,
+        stop_when: Any = None,
+        reconnect: bool = True,
+        control: bool = False,
+    ) -> AsyncIterator[Json]:
+        """Yield events as they commit, resuming after `since`. On a dropped connection it
+        reconnects with backoff and resumes from the last sequence number seen: no gap."""
+        last = since
+        delay = 0.2
+        while True:
+            params = {
+                "since": last,
+                "queues": ",".join(queues),
+                "job_ids": ",".join(map(str, job_ids)),
+                "types": ",".join(types),
+            }
+            try:
+                async with websockets.connect(self._ws_url(params), max_size=2**24, open_timeout=10) as ws:
+                    delay = 0.2
+                    async for raw in ws:
+                        event = orjson.loads(raw)
+                        if event.get("seq") is not None:
+                            last = event["seq"]
+                        elif event.get("type") == "stream.caught_up":
+                            last = event.get("last_seq", last)
+                            if until_caught_up:
+                                return
+                            if not control:
+                                continue
+                        elif event.get("type") == "stream.error":
+                            raise JobDeckError(event.get("message", "the feed refused the request"))
+                        elif not control:
+                            continue
+                        yield event
+                        if stop_when is not None and stop_when(event):
+                            return
+            except (OSError, websockets.WebSocketException) as exc:
+                if not reconnect:
+                    raise Unavailable(f"lost the event feed of {self.server}: {exc}") from None
+            if last is None:
+                with contextlib.suppress(JobDeckError):
+                    last = (await self.health())["last_seq"]
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

@@ -1,0 +1,93 @@
+"""The one settings object: defaults, then an optional TOML file, then `JOBDECK_*` variables."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from core.errors import InvalidInput
+
+DEFAULT_PORT = 8640
+
+
+@dataclass
+class Settings:
+    """Everything a node can be told. Field `x` is read from `JOBDECK_X` or `x` in the TOML file."""
+
+    data_dir: Path = field(default_factory=lambda: Path("data"))
+    database_url: str = ""  # empty: sqlite file in data_dir
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    # Agents and leases
+    local_slots: int = 32
+    lease_seconds: float = 30.0
+    heartbeat_seconds: float = 5.0
+    kill_grace_seconds: float = 5.0
+    # Scheduling policy
+    aging_seconds_per_priority: float = 60.0
+    claim_batch: int = 512
+    reap_interval_seconds: float = 1.0
+    # Events
+    event_retention_hours: float = 24.0
+    # Limits
+    max_body_bytes: int = 1024 * 1024
+    max_batch: int = 10_000
+    output_tail_bytes: int = 64 * 1024
+    log_level: str = "info"
+
+    @property
+    def sqlite_path(self) -> Path:
+        """The embedded store's file."""
+        if self.database_url.startswith("sqlite:///"):
+            return Path(self.database_url.removeprefix("sqlite:///"))
+        return self.data_dir / "jobdeck.db"
+
+    @property
+    def api_url(self) -> str:
+        """The URL clients use to reach this node."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (None values are ignored)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _coerce(name: str, kind: Any, raw: Any) -> Any:
+    try:
+        if kind in (int, "int"):
+            return int(raw)
+        if kind in (float, "float"):
+            return float(raw)
+        if kind in (Path, "Path"):
+            return Path(str(raw)).expanduser()
+        return str(raw)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"setting {name}={raw!r} is not a valid {kind}", field=name) from None
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from `JOBDECK_CONFIG` (a TOML file), the environment and explicit overrides."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    config_file = env.get("JOBDECK_CONFIG")
+    if config_file:
+        try:
+            values.update(tomllib.loads(Path(config_file).read_text()))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise InvalidInput(f"cannot read config file {config_file}: {exc}", field="JOBDECK_CONFIG") from None
+    for f in fields(Settings):
+        key = f"JOBDECK_{f.name.upper()}"
+        if key in env:
+            values[f.name] = env[key]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name: f.type for f in fields(Settings)}
+    unknown = set(values) - set(known)
+    if unknown:
+        raise InvalidInput(f"unknown setting(s): {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
+    return Settings(**{k: _coerce(k, known[k], v) for k, v in values.items()})

@@ -1,0 +1,393 @@
+"""The engine: submits and changes jobs, and runs the loops that move them.
+
+Loops: promote due jobs, dispatch queued jobs to agents with free slots, reap expired
+leases, materialise schedules, prune old events. No loop polls on the hot path: each
+waits for a wake-up (a submit, a freed slot, a timer set to the next due time), with a
+slow poll only as a safety net.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from core.agent_session import AgentSession
+from core.bus import Bus
+from core.config import Settings
+from core.errors import Conflict, JobDeckError
+from core.model import (
+    Job,
+    Policy,
+    RunResult,
+    build_job,
+    decide_cancel,
+    decide_finish,
+    decide_hand_back,
+    decide_lease_expired,
+    decide_pause,
+    decide_priority,
+    decide_promote,
+    decide_resume,
+    decide_retry,
+)
+from core.protocol import Channel, ChannelClosed
+from core.schedule import Schedule, next_fire_times
+from core.store.base import ClaimRequest, Decide, Store
+
+log = logging.getLogger("jobdeck.engine")
+
+SAFETY_POLL = 1.0  # seconds; loops are woken explicitly, this only bounds a missed wake-up
+PRUNE_EVERY = 600.0
+
+
+class Engine:
+    """One node's scheduler and dispatcher over a Store and a Bus."""
+
+    def __init__(self, store: Store, bus: Bus, settings: Settings, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.bus = bus
+        self.settings = settings
+        self.clock = clock
+        self.policy = Policy(settings.aging_seconds_per_priority, settings.lease_seconds)
+        self.sessions: dict[str, AgentSession] = {}
+        self._queue_settings: dict[str, tuple[bool, int | None]] = {}
+        self._wake_dispatch = asyncio.Event()
+        self._wake_promote = asyncio.Event()
+        self._wake_schedules = asyncio.Event()
+        self._next_promote_at = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started_at = self.clock()
+
+    # ------------------------------------------------------------ life
+
+    async def start(self) -> None:
+        """Load queue settings and start the loops."""
+        self._queue_settings = await self.store.queue_settings()  # type: ignore[attr-defined]
+        loops = (self._dispatch_loop, self._promote_loop, self._reap_loop, self._schedule_loop, self._prune_loop,
+                 self._bus_loop)  # fmt: skip
+        self._tasks = [asyncio.create_task(self._guard(loop), name=f"jobdeck-{loop.__name__}") for loop in loops]
+
+    async def stop(self) -> None:
+        """Stop the loops (running jobs keep their leases)."""
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+
+    async def _guard(self, loop: Callable[[], Any]) -> None:
+        # A loop that crashes is logged and restarted: one bad row must not stop scheduling.
+        while True:
+            try:
+                await loop()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s crashed; restarting it in 1 s", loop.__name__)
+                await asyncio.sleep(1.0)
+
+    def wake(self) -> None:
+        """Tell the dispatcher there may be work or room."""
+        self._wake_dispatch.set()
+
+    # ------------------------------------------------------------ jobs
+
+    async def submit(self, specs: Sequence[dict[str, Any]]) -> list[tuple[Job, bool]]:
+        """Store new jobs (all or none) and wake whatever must act on them."""
+        now = self.clock()
+        jobs = [build_job(s, now, self.policy) for s in specs]
+        out = await self.store.submit_jobs(jobs)
+        self._after_submit(j for j, created in out if created)
+        return out
+
+    def _after_submit(self, jobs: Any) -> None:
+        for j in jobs:
+            if j.state == "queued":
+                self._wake_dispatch.set()
+            elif j.state == "scheduled" and j.run_at < self._next_promote_at:
+                self._wake_promote.set()
+            if j.queue not in self._queue_settings:
+                self._queue_settings[j.queue] = (False, None)
+
+    async def _change_one(self, job_id: int, decide: Decide) -> Job:
+        result = (await self.store.change_jobs({job_id: decide}))[job_id]
+        if isinstance(result, JobDeckError):
+            raise result
+        return result
+
+    async def _change_many(self, job_ids: Sequence[int], decide: Decide) -> dict[int, Job | JobDeckError]:
+        return await self.store.change_jobs(dict.fromkeys(job_ids, decide))
+
+    def _now_decision(self, fn: Callable[..., Any], *args: Any) -> Decide:
+        return lambda job: fn(job, *args, self.clock(), self.policy)
+
+    async def cancel(self, job_id: int) -> Job:
+        """Cancel a waiting job, or ask the agent running it to stop."""
+        # A running job's agent is told by the bus loop, on whichever node holds the agent.
+        return await self._change_one(job_id, self._now_decision(decide_cancel))
+
+    async def pause(self, job_id: int) -> Job:
+        """Hold a waiting job until resumed."""
+        return await self._change_one(job_id, self._now_decision(decide_pause))
+
+    async def resume(self, job_id: int) -> Job:
+        """Release a paused job."""
+        job = await self._change_one(job_id, self._now_decision(decide_resume))
+        self._after_submit([job])
+        return job
+
+    async def retry(self, job_id: int) -> Job:
+        """Run a finished job again (replay a dead one)."""
+        job = await self._change_one(job_id, self._now_decision(decide_retry))
+        self._after_submit([job])
+        return job
+
+    async def set_priority(self, job_id: int, priority: int) -> Job:
+        """Change the priority of a waiting job."""
+        job = await self._change_one(job_id, self._now_decision(decide_priority, priority))
+        self._wake_dispatch.set()
+        return job
+
+    async def _send_cancel(self, agent: str | None, job_id: int, attempt: int) -> None:
+        session = self.sessions.get(agent or "")
+        if session is not None and session.running.get(job_id) == attempt:
+            with contextlib.suppress(ChannelClosed, ConnectionError):
+                await session.cancel(job_id, attempt)
+
+    # ------------------------------------------------------------ queues
+
+    async def update_queue(self, name: str, **changes: Any) -> dict[str, Any]:
+        """Pause / resume a queue or set its concurrency limit."""
+        view = await self.store.update_queue(name, changes, self.clock())
+        self._queue_settings[name] = (view["paused"], view["concurrency"])
+        self._wake_dispatch.set()
+        return view
+
+    # ------------------------------------------------------------ schedules
+
+    def _first_fire(self, s: Schedule, now: float) -> float | None:
+        times = next_fire_times(s, now - 1e-6 if s.kind == "once" else now, 1)
+        return times[0] if times else None
+
+    async def create_schedule(self, s: Schedule) -> Schedule:
+        """Store a schedule with its first fire time."""
+        now = self.clock()
+        s.created_at = s.updated_at = now
+        s.next_fire_at = None if s.paused else self._first_fire(s, now)
+        s = await self.store.create_schedule(s)
+        self._wake_schedules.set()
+        return s
+
+    async def update_schedule(self, s: Schedule, event: str = "schedule.updated") -> Schedule:
+        """Write a changed schedule; its next fire time is computed again."""
+        now = self.clock()
+        s.updated_at = now
+        s.next_fire_at = None if s.paused else self._first_fire(s, now)
+        s = await self.store.update_schedule(s, event)
+        self._wake_schedules.set()
+        return s
+
+    async def set_schedule_paused(self, schedule_id: int, paused: bool) -> Schedule:
+        """Pause or resume a schedule."""
+        s = await self.store.get_schedule(schedule_id)
+        if s.paused == paused:
+            raise Conflict(
+                f"schedule {schedule_id} is {'paused' if paused else 'not paused'} already",
+                state="paused" if paused else "active",
+            )
+        s.paused = paused
+        return await self.update_schedule(s, "schedule.paused" if paused else "schedule.resumed")
+
+    async def run_schedule_now(self, schedule_id: int) -> Job:
+        """Make one job from the schedule's template now, outside its timetable."""
+        s = await self.store.get_schedule(schedule_id)
+        job = build_job(dict(s.job, run_at=None, delay=None), self.clock(), self.policy)
+        made = await self.store.fire_schedule(s, None, job, s.next_fire_at)
+        assert made is not None
+        self._after_submit([made])
+        return made
+
+    async def _fire_due_schedules(self) -> None:
+        now = self.clock()
+        for s in await self.store.due_schedules(now):
+            fire_time = s.next_fire_at
+            assert fire_time is not None
+            # Misfire policy for now: after downtime, fire the first missed time once, then resume.
+            following = next_fire_times(s, max(now, fire_time), 1)
+            job = build_job(dict(s.job, run_at=fire_time, delay=None), now, self.policy)
+            made = await self.store.fire_schedule(s, fire_time, job, following[0] if following else None)
+            if made is not None:
+                self._after_submit([made])
+
+    # ------------------------------------------------------------ agents
+
+    async def attach_agent(self, channel: Channel) -> None:
+        """Serve one agent on `channel` until it disconnects (register first)."""
+        hello = await channel.recv()
+        if hello.get("type") != "register":
+            await channel.send({"type": "error", "message": "the first message must be register"})
+            return
+        session = AgentSession(self, channel, hello)
+        if session.name in self.sessions:
+            await channel.send({"type": "error", "message": f"an agent named {session.name!r} is connected already"})
+            return
+        self.sessions[session.name] = session
+        await self.store.record_event("agent.connected", {"agent": session.to_dict()})
+        self._wake_dispatch.set()
+        try:
+            await session.serve()
+        finally:
+            self.sessions.pop(session.name, None)
+            # Its jobs keep their leases: if it comes back it goes on, if not the reaper takes them.
+            with contextlib.suppress(Exception):
+                await self.store.record_event("agent.disconnected", {"agent": session.name})
+
+    def agents(self) -> list[dict[str, Any]]:
+        """Connected agents with their slots and current jobs."""
+        return [s.to_dict() for s in self.sessions.values()]
+
+    async def finish_attempts(self, session: AgentSession, results: list[dict[str, Any]]) -> None:
+        """Record what an agent reports; stale results (wrong attempt) are refused by the decision."""
+        decisions: dict[int, Decide] = {}
+        for r in results:
+            rr = RunResult(**r)
+            decisions[rr.job_id] = functools.partial(self._decide_finish, rr)
+            session.running.pop(rr.job_id, None)
+        out = await self.store.change_jobs(decisions)
+        for _job_id, res in out.items():
+            if isinstance(res, JobDeckError):
+                log.info("refused a result from %s: %s", session.name, res.message)
+            elif res.state == "failed" and res.run_at < self._next_promote_at:
+                self._wake_promote.set()
+        self._wake_dispatch.set()
+
+    def _decide_finish(self, rr: RunResult, job: Job) -> Any:
+        return decide_finish(job, rr, self.clock(), self.policy)
+
+    async def extend_leases(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
+        """A heartbeat: the agent still runs these (job, attempt) pairs."""
+        await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
+
+    async def hand_back(self, session: AgentSession, jobs: list[list[int]]) -> None:
+        """The agent returns jobs it did not start."""
+        decisions: dict[int, Decide] = {}
+        for job_id, attempt in jobs:
+            session.running.pop(job_id, None)
+            decisions[job_id] = functools.partial(
+                lambda a, job: decide_hand_back(job, a, self.clock(), self.policy), attempt
+            )
+        await self.store.change_jobs(decisions)
+        self._wake_dispatch.set()
+
+    # ------------------------------------------------------------ loops
+
+    async def _wait(self, event: asyncio.Event, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+        event.clear()
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            await self._wait(self._wake_dispatch, SAFETY_POLL)
+            while await self._dispatch_round():
+                pass
+
+    async def _dispatch_round(self) -> bool:
+        """Offer queued jobs to every agent with free slots once; True if any job was assigned."""
+        ready = [s for s in self.sessions.values() if s.free > 0]
+        if not ready:
+            return False
+        paused = frozenset(q for q, (p, _) in self._queue_settings.items() if p)
+        limited = {q: c for q, (p, c) in self._queue_settings.items() if c is not None and not p}
+        running = await self.store.running_counts() if limited else {}
+        caps = {q: max(0, c - running.get(q, 0)) for q, c in limited.items()}
+        assigned = False
+        for s in ready:
+            if s.free <= 0 or s.name not in self.sessions:
+                continue
+            req = ClaimRequest(s.name, min(s.free, self.settings.claim_batch), s.queues, paused, caps)
+            jobs = await self.store.claim_jobs(req, self.clock())
+            if not jobs:
+                continue
+            assigned = True
+            for j in jobs:
+                if j.queue in caps:
+                    caps[j.queue] -= 1
+            try:
+                await s.assign(jobs)
+            except (ChannelClosed, ConnectionError):
+                log.warning("agent %s went away during an assignment; its leases will expire", s.name)
+        return assigned
+
+    async def _promote_loop(self) -> None:
+        while True:
+            now = self.clock()
+            ids = await self.store.due_job_ids(now, 1000)
+            if ids:
+                await self._change_many(ids, self._now_decision(decide_promote))
+                self._wake_dispatch.set()
+                if len(ids) == 1000:
+                    continue
+            nxt = await self.store.next_due_at()
+            self._next_promote_at = nxt if nxt is not None else float("inf")
+            delay = SAFETY_POLL if nxt is None else min(SAFETY_POLL, max(0.0, nxt - self.clock()))
+            await self._wait(self._wake_promote, delay)
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reap_interval_seconds)
+            ids = await self.store.expired_lease_ids(self.clock(), 1000)
+            if not ids:
+                continue
+            out = await self._change_many(ids, lambda job: decide_lease_expired(job, self.clock(), self.policy))
+            for job_id, res in out.items():
+                if isinstance(res, Job):
+                    log.warning(
+                        "job %s: lease expired (agent %s), attempt %s recorded as lost", job_id, res.agent, res.attempt
+                    )
+                    for s in self.sessions.values():
+                        s.running.pop(job_id, None)
+            self._wake_promote.set()
+            self._wake_dispatch.set()
+
+    async def _schedule_loop(self) -> None:
+        while True:
+            await self._fire_due_schedules()
+            nxt = await self.store.next_schedule_at()
+            delay = SAFETY_POLL if nxt is None else min(SAFETY_POLL, max(0.0, nxt - self.clock()))
+            await self._wait(self._wake_schedules, delay)
+
+    async def _prune_loop(self) -> None:
+        while True:
+            cutoff = self.clock() - self.settings.event_retention_hours * 3600
+            n = await self.store.prune_events(cutoff)
+            if n:
+                log.info("pruned %d events older than %.0f h", n, self.settings.event_retention_hours)
+            await asyncio.sleep(PRUNE_EVERY)
+
+    async def _bus_loop(self) -> None:
+        """Follow committed events: queue settings and cancel requests may come from anywhere."""
+        with self.bus.subscribe() as sub:
+            while True:
+                events = await sub.get()
+                if sub.overflowed:
+                    sub.reset()
+                    self._queue_settings = await self.store.queue_settings()  # type: ignore[attr-defined]
+                    continue
+                for e in events:
+                    if e.type.startswith("queue."):
+                        q = orjson.loads(e.body)["data"]["queue"]
+                        self._queue_settings[q["name"]] = (q["paused"], q["concurrency"])
+                        self._wake_dispatch.set()
+                    elif e.type == "job.cancel_requested":
+                        job = orjson.loads(e.body)["data"]["job"]
+                        await self._send_cancel(job["agent"], job["id"], job["attempt"])

@@ -1,0 +1,80 @@
+"""The one error hierarchy of JobDeck, mapped once to HTTP statuses and CLI messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class JobDeckError(Exception):
+    """Base error: a machine-readable code, a message for people, optionally the bad field."""
+
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, field: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.extra = extra
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON body every API error has: `{"error", "message", "field"}`."""
+        body: dict[str, Any] = {"error": self.code, "message": self.message, "field": self.field}
+        body.update(self.extra)
+        return body
+
+
+class InvalidInput(JobDeckError):
+    """A field of a request is invalid (422)."""
+
+    status = 422
+    code = "invalid"
+
+
+class InvalidSchedule(InvalidInput):
+    """A cron expression, interval, time or time zone cannot be used."""
+
+    code = "invalid_schedule"
+
+
+class NotFound(JobDeckError):
+    """No job, queue, schedule or agent with that id."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(JobDeckError):
+    """The action is not legal in the object's current state (e.g. pausing a succeeded job)."""
+
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(JobDeckError):
+    """The request body is over the size limit."""
+
+    status = 413
+    code = "payload_too_large"
+
+
+class Unavailable(JobDeckError):
+    """The server cannot be reached or is shutting down."""
+
+    status = 503
+    code = "unavailable"
+
+
+_BY_CODE: dict[str, type[JobDeckError]] = {
+    cls.code: cls
+    for cls in (JobDeckError, InvalidInput, InvalidSchedule, NotFound, Conflict, PayloadTooLarge, Unavailable)
+}
+
+
+def error_from_dict(status: int, body: dict[str, Any]) -> JobDeckError:
+    """Rebuild the error a server sent (used by the client)."""
+    cls = _BY_CODE.get(str(body.get("error")), JobDeckError)
+    extra = {k: v for k, v in body.items() if k not in ("error", "message", "field")}
+    err = cls(str(body.get("message") or f"HTTP {status}"), field=body.get("field"), **extra)
+    err.status = status
+    return err

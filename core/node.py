@@ -1,0 +1,93 @@
+"""One JobDeck node: store + bus + engine + the HTTP server, started and stopped together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import uvicorn
+
+from core.api import create_app
+from core.bus import LocalBus
+from core.config import Settings
+from core.engine import Engine
+from core.errors import InvalidInput
+from core.model import Policy
+from core.store.sqlite import SQLiteStore
+
+log = logging.getLogger("jobdeck.node")
+
+
+def open_store(settings: Settings, bus: LocalBus) -> SQLiteStore:
+    """The store named by the settings (the embedded SQLite file unless told otherwise)."""
+    url = settings.database_url
+    if url and not url.startswith("sqlite:///"):
+        raise InvalidInput(
+            f"unsupported database URL {url.split('@')[-1]!r}: use sqlite:///path/to/file.db", field="database_url"
+        )
+    policy = Policy(settings.aging_seconds_per_priority, settings.lease_seconds)
+    return SQLiteStore(settings.sqlite_path, policy, on_commit=bus.publish)
+
+
+class Node:
+    """Everything one `jobdeck server` / `jobdeck up` process runs."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.bus = LocalBus()
+        self.store = open_store(settings, self.bus)
+        self.engine = Engine(self.store, self.bus, settings)
+        self.app = create_app(self.engine)
+        self.server: uvicorn.Server | None = None
+        self._background: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await self.store.open()
+        await self.engine.start()
+
+    def spawn(self, coro: Awaitable[None], name: str) -> None:
+        """Run a companion (a local agent) for the node's life."""
+        self._background.append(asyncio.ensure_future(coro))
+
+    async def serve(self, on_ready: Callable[[str], None] | None = None) -> None:
+        """Serve the API until SIGINT / SIGTERM, then shut down in order."""
+        config = uvicorn.Config(
+            self.app,
+            host=self.settings.host,
+            port=self.settings.port,
+            log_level="warning",
+            lifespan="off",
+            ws="websockets-sansio",
+            ws_max_size=2**24,
+            timeout_graceful_shutdown=5,
+        )
+        self.server = uvicorn.Server(config)
+        waiter = asyncio.ensure_future(self._announce(on_ready))
+        try:
+            await self.server.serve()
+        finally:
+            waiter.cancel()
+            await self.stop()
+        if not self.server.started:
+            raise OSError(f"could not listen on {self.settings.host}:{self.settings.port} (is the port taken?)")
+
+    async def _announce(self, on_ready: Callable[[str], None] | None) -> None:
+        assert self.server is not None
+        while not self.server.started:
+            await asyncio.sleep(0.02)
+        sock = self.server.servers[0].sockets[0]
+        host, port = sock.getsockname()[:2]
+        self.settings.port = port
+        if on_ready is not None:
+            on_ready(f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}")
+
+    async def stop(self) -> None:
+        for t in self._background:
+            t.cancel()
+        for t in self._background:
+            with contextlib.suppress(BaseException):
+                await t
+        await self.engine.stop()
+        await self.store.close()

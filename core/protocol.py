@@ -1,0 +1,63 @@
+"""The agent protocol: a few JSON-able messages over a channel (in-process, or a WebSocket).
+
+agent -> core: register, heartbeat, output, result, hand_back
+core -> agent: welcome, assign, cancel, drain
+Every message is a dict with a "type". Results and assignments travel in batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+PROTOCOL_VERSION = 1
+
+Message = dict[str, Any]
+
+
+class ChannelClosed(Exception):
+    """The other end went away."""
+
+
+class Channel(Protocol):
+    """One end of a bidirectional, ordered message pipe."""
+
+    async def send(self, msg: Message) -> None: ...
+    async def recv(self) -> Message: ...
+    async def close(self) -> None: ...
+
+
+class LocalChannel:
+    """An in-process channel: messages are passed as they are, not serialised."""
+
+    def __init__(self, inbox: asyncio.Queue[Message | None], outbox: asyncio.Queue[Message | None]) -> None:
+        self._inbox = inbox
+        self._outbox = outbox
+        self._closed = False
+
+    @classmethod
+    def pair(cls) -> tuple[LocalChannel, LocalChannel]:
+        """Two connected ends: (core side, agent side)."""
+        a: asyncio.Queue[Message | None] = asyncio.Queue()
+        b: asyncio.Queue[Message | None] = asyncio.Queue()
+        return cls(a, b), cls(b, a)
+
+    async def send(self, msg: Message) -> None:
+        if self._closed:
+            raise ChannelClosed("channel closed")
+        self._outbox.put_nowait(msg)
+
+    async def recv(self) -> Message:
+        if self._closed:
+            raise ChannelClosed("channel closed")
+        msg = await self._inbox.get()
+        if msg is None:
+            self._closed = True
+            raise ChannelClosed("channel closed by peer")
+        return msg
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._outbox.put_nowait(None)
+            self._inbox.put_nowait(None)

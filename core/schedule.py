@@ -1,0 +1,115 @@
+"""Fire times of schedules: cron (croniter) in an IANA time zone, fixed intervals, one-time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterBadDateError, croniter
+
+from core.errors import InvalidSchedule
+from core.model import iso
+
+KINDS = ("cron", "interval", "once")
+
+
+@dataclass(slots=True)
+class Schedule:
+    """A recurring or one-time rule that materialises jobs from a template."""
+
+    id: int
+    name: str
+    kind: str  # cron | interval | once
+    cron: str | None
+    interval: float | None
+    at: float | None
+    timezone: str
+    anchor: float  # interval schedules fire at anchor + k * interval
+    job: dict[str, Any]  # the job template (a JobCreate without run_at)
+    paused: bool
+    next_fire_at: float | None
+    last_fire_at: float | None
+    created_at: float
+    updated_at: float
+    fired: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def zone(name: str) -> ZoneInfo:
+    """The IANA zone `name`, or InvalidSchedule saying it is unknown."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise InvalidSchedule(
+            f"unknown time zone {name!r}: use an IANA name such as 'UTC' or 'Europe/Paris'", field="timezone"
+        ) from None
+
+
+def validate_cron(expr: str) -> None:
+    """Raise InvalidSchedule quoting `expr` and saying what is wrong with it."""
+    fields_ = expr.split()
+    if len(fields_) not in (5, 6):
+        raise InvalidSchedule(
+            f"cron expression {expr!r} has {len(fields_)} fields; expected 5 (minute hour day month weekday) "
+            "or 6 (with seconds last)",
+            field="cron",
+        )
+    try:
+        croniter(expr, datetime(2000, 1, 1, tzinfo=UTC))
+    except (CroniterBadCronError, CroniterBadDateError, ValueError, KeyError) as exc:
+        raise InvalidSchedule(f"cron expression {expr!r} is invalid: {exc}", field="cron") from None
+
+
+def next_fire_times(s: Schedule, after: float, n: int) -> list[float]:
+    """The next `n` fire times strictly after `after` (Unix seconds)."""
+    if n <= 0:
+        return []
+    if s.kind == "once":
+        return [s.at] if s.at is not None and s.at > after else []
+    if s.kind == "interval":
+        assert s.interval and s.interval > 0
+        k = max(0, int((after - s.anchor) // s.interval) + 1)
+        out = []
+        while len(out) < n:
+            t = s.anchor + k * s.interval
+            if t > after:
+                out.append(t)
+            k += 1
+        return out
+    assert s.cron is not None
+    tz = zone(s.timezone)
+    it = croniter(s.cron, datetime.fromtimestamp(after, tz))
+    out = []
+    while len(out) < n:
+        t = it.get_next(datetime).timestamp()
+        if t > after:
+            out.append(t)
+    return out
+
+
+def preview(s: Schedule, after: float, n: int) -> list[dict[str, str | None]]:
+    """The next fire times, each in the schedule's zone and in UTC."""
+    tz = zone(s.timezone)
+    return [{"local": datetime.fromtimestamp(t, tz).isoformat(), "utc": iso(t)} for t in next_fire_times(s, after, n)]
+
+
+def schedule_to_dict(s: Schedule, now: float | None = None) -> dict[str, Any]:
+    """The public view of a schedule (the API's JSON)."""
+    return {
+        "id": s.id,
+        "name": s.name,
+        "kind": s.kind,
+        "cron": s.cron,
+        "interval": s.interval,
+        "at": iso(s.at),
+        "timezone": s.timezone,
+        "job": s.job,
+        "paused": s.paused,
+        "next_fire_at": iso(s.next_fire_at),
+        "last_fire_at": iso(s.last_fire_at),
+        "fired": s.fired,
+        "created_at": iso(s.created_at),
+        "updated_at": iso(s.updated_at),
+    }

@@ -1,0 +1,242 @@
+"""The SQLite store's one writer thread: group commit, the outbox, and migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from core.errors import JobDeckError, Unavailable
+from core.model import iso
+from core.store.base import Event
+
+log = logging.getLogger("jobdeck.store")
+
+MIGRATIONS = Path(__file__).resolve().parent.parent.parent / "migrations" / "sqlite"
+MAX_OPS_PER_COMMIT = 2000
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection in WAL mode with the pragmas JobDeck relies on."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")  # a commit survives power loss; group commit pays for it
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA cache_size=-65536")
+    conn.execute("PRAGMA temp_store=MEMORY")
+    if readonly:
+        conn.execute("PRAGMA query_only=1")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply the numbered files of migrations/sqlite not yet applied; return the schema version.
+
+    Refuses to run against a database whose schema is newer than this code knows.
+    """
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at REAL NOT NULL)")
+    current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+    files = sorted(MIGRATIONS.glob("[0-9]*.sql"))
+    known = max((int(f.name.split("_")[0]) for f in files), default=0)
+    if current > known:
+        raise Unavailable(
+            f"the database schema is version {current} but this JobDeck knows only up to {known}: "
+            "upgrade JobDeck or use another data directory"
+        )
+    for f in files:
+        version = int(f.name.split("_")[0])
+        if version <= current:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in f.read_text().split(";\n"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        log.info("applied migration %s", f.name)
+        current = version
+    return int(current)
+
+
+class Tx:
+    """What one write operation sees: the connection, the clock, ids, and the outbox."""
+
+    def __init__(self, conn: sqlite3.Connection, next_seq: int, next_job_id: int, now: float) -> None:
+        self.conn = conn
+        self.next_seq = next_seq
+        self.next_job_id = next_job_id
+        self.now = now
+        self.events: list[Event] = []
+
+    def new_job_id(self) -> int:
+        """A fresh job id (the writer is the only one handing them out)."""
+        self.next_job_id += 1
+        return self.next_job_id - 1
+
+    def emit(self, type_: str, job_id: int | None, queue_: str | None, data: dict[str, Any]) -> None:
+        """Add an event to this transaction's outbox; it commits (or rolls back) with the change."""
+        seq = self.next_seq
+        self.next_seq += 1
+        body = orjson.dumps(
+            {"seq": seq, "ts": iso(self.now), "type": type_, "job_id": job_id, "queue": queue_, "data": data}
+        )
+        self.events.append(Event(seq, self.now, type_, job_id, queue_, body))
+
+    def mark(self) -> tuple[int, int, int]:
+        return (len(self.events), self.next_seq, self.next_job_id)
+
+    def rollback_to(self, mark: tuple[int, int, int]) -> None:
+        del self.events[mark[0] :]
+        self.next_seq, self.next_job_id = mark[1], mark[2]
+
+
+Op = Callable[[Tx], Any]
+OnCommit = Callable[[list[Event]], None]
+
+
+class Writer:
+    """Runs write operations on one thread, many per transaction (group commit).
+
+    Each operation runs inside a savepoint, so one that fails is undone alone and its
+    caller gets the error; the others commit together. After the commit, results are
+    handed back on the event loop and the committed events go to `on_commit` in order.
+    """
+
+    def __init__(self, path: Path, clock: Callable[[], float], on_commit: OnCommit) -> None:
+        self._path = path
+        self._clock = clock
+        self._on_commit = on_commit
+        self._queue: queue.SimpleQueue[tuple[Op, asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self.schema_version = 0
+
+    async def start(self) -> None:
+        """Open the database, apply migrations and start the writer thread."""
+        self._loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = self._loop.create_future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="jobdeck-sqlite-writer", daemon=True)
+        self._thread.start()
+        await ready
+
+    async def stop(self) -> None:
+        """Finish queued operations and close."""
+        if self._thread is None or self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+
+    def run(self, op: Op) -> asyncio.Future[Any]:
+        """Queue `op` for the next transaction; the future resolves after its commit."""
+        assert self._loop is not None
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        if self._closed:
+            fut.set_exception(Unavailable("the store is closed"))
+            return fut
+        self._queue.put((op, fut))
+        return fut
+
+    # -- the thread
+
+    def _run(self, ready: asyncio.Future[None]) -> None:
+        assert self._loop is not None
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            conn = connect(self._path)
+            self.schema_version = migrate(conn)
+            next_seq = (conn.execute("SELECT seq FROM sqlite_sequence WHERE name='events'").fetchone() or (0,))[0] + 1
+            next_job_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM jobs").fetchone()[0]
+        except BaseException as exc:
+            self._loop.call_soon_threadsafe(_set_exception, ready, exc)
+            return
+        self._loop.call_soon_threadsafe(_set_result, ready, None)
+        while True:
+            item = self._queue.get()
+            if item is None:
+                break
+            batch = [item]
+            while len(batch) < MAX_OPS_PER_COMMIT:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)
+                    break
+                batch.append(more)
+            next_seq, next_job_id = self._commit(conn, batch, next_seq, next_job_id)
+        conn.close()
+
+    def _commit(
+        self, conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any]]], next_seq: int, next_job_id: int
+    ) -> tuple[int, int]:
+        assert self._loop is not None
+        tx = Tx(conn, next_seq, next_job_id, self._clock())
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for op, fut in batch:
+                mark = tx.mark()
+                conn.execute("SAVEPOINT op")
+                try:
+                    result = op(tx)
+                    conn.execute("RELEASE op")
+                    outcomes.append((fut, result, None))
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    tx.rollback_to(mark)
+                    if not isinstance(exc, JobDeckError):
+                        log.exception("store operation failed")
+                    outcomes.append((fut, None, exc))
+            if tx.events:
+                conn.executemany(
+                    "INSERT INTO events (seq, ts, type, job_id, queue, body) VALUES (?, ?, ?, ?, ?, ?)",
+                    [(e.seq, e.ts, e.type, e.job_id, e.queue, e.body) for e in tx.events],
+                )
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            log.exception("commit failed")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            failure = Unavailable(f"the store could not commit: {exc}")
+            self._loop.call_soon_threadsafe(_deliver, [(f, None, failure) for _, f in batch], [], self._on_commit)
+            return next_seq, next_job_id
+        self._loop.call_soon_threadsafe(_deliver, outcomes, tx.events, self._on_commit)
+        return tx.next_seq, tx.next_job_id
+
+
+def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+def _deliver(
+    outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]], events: list[Event], on_commit: OnCommit
+) -> None:
+    if events:
+        on_commit(events)
+    for fut, result, exc in outcomes:
+        if exc is not None:
+            _set_exception(fut, exc)
+        else:
+            _set_result(fut, result)

@@ -1,0 +1,112 @@
+"""The Store protocol: everything the engine and the API ask of a database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from core.errors import JobDeckError
+from core.model import Change, Job
+from core.schedule import Schedule
+
+#: A decision about one job, applied inside the store's transaction (see core.model.decide_*).
+Decide = Callable[[Job], Change]
+
+
+@dataclass(slots=True)
+class JobFilter:
+    """Filters of a job listing; every field is optional."""
+
+    states: Sequence[str] = ()
+    queue: str | None = None
+    name_prefix: str | None = None
+    tag: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    schedule_id: int | None = None
+
+
+@dataclass(slots=True)
+class EventFilter:
+    """What a feed subscriber wants; empty means everything."""
+
+    queues: frozenset[str] = frozenset()
+    job_ids: frozenset[int] = frozenset()
+    types: frozenset[str] = frozenset()
+
+    def matches(self, type_: str, job_id: int | None, queue: str | None) -> bool:
+        """True if an event with these keys passes the filter."""
+        if self.types and not any(type_ == t or (t.endswith("*") and type_.startswith(t[:-1])) for t in self.types):
+            return False
+        if self.queues and queue not in self.queues:
+            return False
+        return not (self.job_ids and job_id not in self.job_ids)
+
+
+@dataclass(slots=True)
+class Event:
+    """One committed event. `body` is its JSON as subscribers receive it."""
+
+    seq: int
+    ts: float
+    type: str
+    job_id: int | None
+    queue: str | None
+    body: bytes
+
+
+@dataclass(slots=True)
+class ClaimRequest:
+    """What an agent with free slots may take."""
+
+    agent: str
+    limit: int
+    queues: frozenset[str] | None = None  # None: any queue
+    paused: frozenset[str] = frozenset()  # queues not to take from
+    caps: dict[str, int] = field(default_factory=dict)  # queue -> how many more may run
+
+
+class Store(Protocol):
+    """A durable home for jobs, attempts, events, queues and schedules. See store/sqlite.py."""
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+
+    # jobs
+    async def submit_jobs(self, jobs: Sequence[Job]) -> list[tuple[Job, bool]]: ...
+    async def get_job(self, job_id: int) -> Job: ...
+    async def list_jobs(self, flt: JobFilter, before_id: int | None, limit: int) -> list[Job]: ...
+    async def list_attempts(self, job_id: int) -> list[dict[str, Any]]: ...
+    async def change_jobs(self, decisions: dict[int, Decide]) -> dict[int, Job | JobDeckError]: ...
+    async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]: ...
+    async def extend_leases(self, agent: str, job_attempts: Sequence[tuple[int, int]], until: float) -> None: ...
+    async def due_job_ids(self, now: float, limit: int) -> list[int]: ...
+    async def next_due_at(self) -> float | None: ...
+    async def expired_lease_ids(self, now: float, limit: int) -> list[int]: ...
+    async def running_counts(self) -> dict[str, int]: ...
+
+    # queues
+    async def list_queues(self) -> list[dict[str, Any]]: ...
+    async def update_queue(self, name: str, changes: dict[str, Any], now: float) -> dict[str, Any]: ...
+
+    # schedules
+    async def create_schedule(self, s: Schedule) -> Schedule: ...
+    async def get_schedule(self, schedule_id: int) -> Schedule: ...
+    async def list_schedules(self) -> list[Schedule]: ...
+    async def update_schedule(self, s: Schedule, event: str) -> Schedule: ...
+    async def delete_schedule(self, schedule_id: int) -> None: ...
+    async def due_schedules(self, now: float) -> list[Schedule]: ...
+    async def next_schedule_at(self) -> float | None: ...
+    async def fire_schedule(
+        self, s: Schedule, fire_time: float | None, job: Job, next_fire_at: float | None
+    ) -> Job | None: ...
+
+    # events
+    async def events_since(self, seq: int, limit: int, flt: EventFilter | None = None) -> list[Event]: ...
+    async def last_seq(self) -> int: ...
+    async def prune_events(self, before: float) -> int: ...
+    async def record_event(self, type_: str, data: dict[str, Any]) -> None: ...
+
+    # stats
+    async def stats(self, now: float) -> dict[str, Any]: ...

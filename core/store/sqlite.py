@@ -1,0 +1,615 @@
+"""The embedded store: one SQLite file in WAL mode, one writer thread, readers on a small pool."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from core.errors import JobDeckError, NotFound, Unavailable
+from core.model import Change, Job, Policy, decide_claim, job_summary
+from core.schedule import Schedule, schedule_to_dict
+from core.store._sqlite_writer import OnCommit, Tx, Writer, connect
+from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter
+
+T = TypeVar("T")
+
+JOB_COLUMNS = (
+    "id", "name", "queue", "state", "priority", "sort_key", "run_at", "created_at", "updated_at", "attempt",
+    "max_attempts", "backoff_base", "backoff_cap", "timeout", "task", "tags", "idempotency_key", "schedule_id",
+    "fire_time", "agent", "lease_expires_at", "cancel_requested", "paused_from", "last_error", "started_at",
+    "finished_at", "result", "spec_max_attempts",
+)  # fmt: skip
+_SELECT_JOB = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
+_INSERT_JOB = f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
+_JSON_FIELDS = frozenset({"task", "tags", "result"})
+SCHEDULE_COLUMNS = (
+    "id", "name", "kind", "cron", "interval", "at", "timezone", "anchor", "job", "paused", "next_fire_at",
+    "last_fire_at", "created_at", "updated_at", "fired",
+)  # fmt: skip
+_SELECT_SCHEDULE = f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules"
+FINISHED_EVENTS = ("job.succeeded", "job.failed", "job.dead", "job.cancelled")
+_CHUNK = 500
+
+
+def _loads(v: Any) -> Any:
+    return None if v is None else orjson.loads(v)
+
+
+def _job(row: Sequence[Any]) -> Job:
+    r = list(row)
+    r[14] = orjson.loads(r[14])
+    r[15] = orjson.loads(r[15])
+    r[21] = bool(r[21])
+    r[26] = _loads(r[26])
+    return Job(*r)
+
+
+def _db_value(name: str, value: Any) -> Any:
+    if name in _JSON_FIELDS:
+        return None if value is None and name == "result" else orjson.dumps(value).decode()
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _job_row(job: Job) -> tuple[Any, ...]:
+    return tuple(_db_value(c, getattr(job, c)) for c in JOB_COLUMNS)
+
+
+def _schedule(row: Sequence[Any]) -> Schedule:
+    r = list(row)
+    r[8] = orjson.loads(r[8])
+    r[9] = bool(r[9])
+    return Schedule(*r)
+
+
+def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class _Applier:
+    """Writes the changes decided for jobs, grouped into few statements, with their events."""
+
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+        self.updates: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        self.attempt_inserts: list[tuple[Any, ...]] = []
+        self.attempt_updates: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+
+    def apply(self, job: Job, change: Change) -> Job:
+        for k, v in change.fields.items():
+            setattr(job, k, v)
+        if change.fields:
+            keys = tuple(change.fields)
+            self.updates.setdefault(keys, []).append((*(_db_value(k, v) for k, v in change.fields.items()), job.id))
+        a = change.attempt
+        if a is not None:
+            if "claimed_at" in a:
+                self.attempt_inserts.append((job.id, a["attempt"], a["agent"], a["claimed_at"], a["outcome"]))
+            else:
+                keys = tuple(k for k in a if k != "attempt")
+                row = tuple(orjson.dumps(a[k]).decode() if k == "result" and a[k] is not None else a[k] for k in keys)
+                self.attempt_updates.setdefault(keys, []).append((*row, job.id, a["attempt"]))
+        self.tx.emit(change.event, job.id, job.queue, {"job": job_summary(job), **change.data})
+        return job
+
+    def flush(self) -> None:
+        c = self.tx.conn
+        for keys, rows in self.updates.items():
+            c.executemany(f"UPDATE jobs SET {', '.join(k + ' = ?' for k in keys)} WHERE id = ?", rows)
+        if self.attempt_inserts:
+            c.executemany(
+                "INSERT OR REPLACE INTO attempts (job_id, attempt, agent, claimed_at, outcome) VALUES (?, ?, ?, ?, ?)",
+                self.attempt_inserts,
+            )
+        for keys, rows in self.attempt_updates.items():
+            sets = ", ".join(k + " = ?" for k in keys)
+            c.executemany(f"UPDATE attempts SET {sets} WHERE job_id = ? AND attempt = ?", rows)
+        self.updates.clear()
+        self.attempt_inserts.clear()
+        self.attempt_updates.clear()
+
+
+def _load_jobs(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Job]:
+    out: dict[int, Job] = {}
+    for chunk in _chunks(ids):
+        q = f"{_SELECT_JOB} WHERE id IN ({', '.join('?' * len(chunk))})"
+        for row in conn.execute(q, tuple(chunk)):
+            out[row[0]] = _job(row)
+    return out
+
+
+def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
+    for job in jobs:
+        job.id = tx.new_job_id()
+    tx.conn.executemany(_INSERT_JOB, [_job_row(j) for j in jobs])
+    tags = [(t, j.id) for j in jobs for t in j.tags]
+    if tags:
+        tx.conn.executemany("INSERT OR IGNORE INTO job_tags (tag, job_id) VALUES (?, ?)", tags)
+    queues = {j.queue for j in jobs}
+    tx.conn.executemany(
+        "INSERT OR IGNORE INTO queues (name, created_at, updated_at) VALUES (?, ?, ?)",
+        [(q, tx.now, tx.now) for q in queues],
+    )
+    for j in jobs:
+        tx.emit("job.created", j.id, j.queue, {"job": job_summary(j)})
+
+
+class SQLiteStore:
+    """The Store protocol on one SQLite file (see core/store/base.py)."""
+
+    def __init__(self, path: Path, policy: Policy, on_commit: OnCommit, clock: Callable[[], float] = time.time):
+        self.path = path
+        self.policy = policy
+        self.clock = clock
+        self._writer = Writer(path, clock, on_commit)
+        self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jobdeck-sqlite-read")
+        self._local = threading.local()
+        self._lock_file: Any = None
+
+    # -- plumbing
+
+    async def open(self) -> None:
+        """Create or migrate the database and start the writer."""
+        self._take_lock()
+        await self._writer.start()
+
+    async def close(self) -> None:
+        """Commit what is queued and close."""
+        await self._writer.stop()
+        self._readers.shutdown(wait=True)
+        if self._lock_file is not None:
+            self._lock_file.close()
+
+    def _take_lock(self) -> None:
+        # Two server processes on one SQLite file would both think they own every lease.
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(str(self.path) + ".lock", "w")  # noqa: SIM115 - held open for the store's life
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise Unavailable(
+                f"another JobDeck node is using {self.path}; stop it or use another data directory"
+            ) from None
+        self._lock_file = f
+
+    @property
+    def schema_version(self) -> int:
+        return self._writer.schema_version
+
+    def _write(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:
+        return self._writer.run(op)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._readers, self._with_reader, fn)
+
+    def _with_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = connect(self.path, readonly=True)
+        return fn(conn)
+
+    # -- jobs
+
+    async def submit_jobs(self, jobs: Sequence[Job]) -> list[tuple[Job, bool]]:
+        """Insert jobs; one whose idempotency key exists already returns the existing job instead."""
+
+        def op(tx: Tx) -> list[tuple[Job, bool]]:
+            keys = [j.idempotency_key for j in jobs if j.idempotency_key]
+            known: dict[str, Job] = {}
+            for chunk in _chunks(keys):
+                q = f"{_SELECT_JOB} WHERE idempotency_key IN ({', '.join('?' * len(chunk))})"
+                known.update({row[16]: _job(row) for row in tx.conn.execute(q, tuple(chunk))})
+            out: list[tuple[Job, bool]] = []
+            new: list[Job] = []
+            for j in jobs:
+                key = j.idempotency_key
+                if key is not None and key in known:
+                    out.append((known[key], False))
+                    continue
+                if key is not None:
+                    known[key] = j
+                new.append(j)
+                out.append((j, True))
+            _insert_jobs(tx, new)
+            return out
+
+        return await self._write(op)
+
+    async def get_job(self, job_id: int) -> Job:
+        """One job, or NotFound."""
+
+        def q(c: sqlite3.Connection) -> Job:
+            row = c.execute(f"{_SELECT_JOB} WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no job with id {job_id}", field="id")
+            return _job(row)
+
+        return await self._read(q)
+
+    async def list_jobs(self, flt: JobFilter, before_id: int | None, limit: int) -> list[Job]:
+        """Newest first; `before_id` is the cursor (the last id of the previous page)."""
+        where, params = [], []
+        if flt.states:
+            where.append(f"state IN ({', '.join('?' * len(flt.states))})")
+            params += list(flt.states)
+        if flt.queue is not None:
+            where.append("queue = ?")
+            params.append(flt.queue)
+        if flt.name_prefix:
+            where.append("name >= ? AND name < ?")
+            params += [flt.name_prefix, flt.name_prefix + "\U0010ffff"]
+        if flt.tag is not None:
+            where.append("id IN (SELECT job_id FROM job_tags WHERE tag = ?)")
+            params.append(flt.tag)
+        if flt.created_after is not None:
+            where.append("created_at >= ?")
+            params.append(flt.created_after)
+        if flt.created_before is not None:
+            where.append("created_at < ?")
+            params.append(flt.created_before)
+        if flt.schedule_id is not None:
+            where.append("schedule_id = ?")
+            params.append(flt.schedule_id)
+        if before_id is not None:
+            where.append("id < ?")
+            params.append(before_id)
+        sql = _SELECT_JOB + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
+        params.append(limit)
+        return await self._read(lambda c: [_job(r) for r in c.execute(sql, params)])
+
+    async def list_attempts(self, job_id: int) -> list[dict[str, Any]]:
+        """The attempts of a job, oldest first, with their output."""
+        cols = ("attempt", "agent", "claimed_at", "started_at", "finished_at", "outcome", "error", "exit_code",
+                "output", "result")  # fmt: skip
+
+        def q(c: sqlite3.Connection) -> list[dict[str, Any]]:
+            if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
+                raise NotFound(f"no job with id {job_id}", field="id")
+            rows = c.execute(f"SELECT {', '.join(cols)} FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,))
+            return [dict(zip(cols, (*r[:-1], _loads(r[-1])), strict=True)) for r in rows]
+
+        return await self._read(q)
+
+    async def change_jobs(self, decisions: dict[int, Decide]) -> dict[int, Job | JobDeckError]:
+        """Apply one decision per job id in one transaction; per-job errors are returned, not raised."""
+
+        def op(tx: Tx) -> dict[int, Job | JobDeckError]:
+            jobs = _load_jobs(tx.conn, list(decisions))
+            applier = _Applier(tx)
+            out: dict[int, Job | JobDeckError] = {}
+            for job_id, decide in decisions.items():
+                job = jobs.get(job_id)
+                if job is None:
+                    out[job_id] = NotFound(f"no job with id {job_id}", field="id")
+                    continue
+                try:
+                    change = decide(job)
+                except JobDeckError as exc:
+                    out[job_id] = exc
+                    continue
+                out[job_id] = applier.apply(job, change)
+            applier.flush()
+            return out
+
+        return await self._write(op)
+
+    async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]:
+        """Take up to `req.limit` queued jobs in claim order for one agent, leasing them."""
+
+        def op(tx: Tx) -> list[Job]:
+            c = tx.conn
+            capped = set(req.caps)
+            skip = set(req.paused) | capped
+            where, params = ["state = 'queued'"], []
+            if req.queues is not None:
+                allowed = sorted(req.queues - skip)
+                where.append(f"queue IN ({', '.join('?' * len(allowed))})")
+                params += allowed
+            elif skip:
+                where.append(f"queue NOT IN ({', '.join('?' * len(skip))})")
+                params += sorted(skip)
+            rows = []
+            if req.queues is None or allowed:
+                sql = f"{_SELECT_JOB} WHERE {' AND '.join(where)} ORDER BY sort_key, id LIMIT ?"
+                rows = c.execute(sql, (*params, req.limit)).fetchall()
+            for queue, room in req.caps.items():
+                if room > 0 and queue not in req.paused and (req.queues is None or queue in req.queues):
+                    sql = f"{_SELECT_JOB} WHERE state = 'queued' AND queue = ? ORDER BY sort_key, id LIMIT ?"
+                    rows += c.execute(sql, (queue, min(room, req.limit))).fetchall()
+            if req.caps:
+                rows.sort(key=lambda r: (r[5], r[0]))
+                rows = rows[: req.limit]
+            applier = _Applier(tx)
+            claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in map(_job, rows)]
+            applier.flush()
+            return claimed
+
+        return await self._write(op)
+
+    async def extend_leases(self, agent: str, job_attempts: Sequence[tuple[int, int]], until: float) -> None:
+        """Push the lease of each (job, attempt) the agent still runs to `until`."""
+
+        def op(tx: Tx) -> None:
+            tx.conn.executemany(
+                "UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND attempt = ? AND agent = ? AND state = 'running'",
+                [(until, j, a, agent) for j, a in job_attempts],
+            )
+
+        await self._write(op)
+
+    async def due_job_ids(self, now: float, limit: int) -> list[int]:
+        """Scheduled or failed jobs whose run_at has come."""
+        sql = "SELECT id FROM jobs WHERE state IN ('scheduled', 'failed') AND run_at <= ? ORDER BY run_at LIMIT ?"
+        return await self._read(lambda c: [r[0] for r in c.execute(sql, (now, limit))])
+
+    async def next_due_at(self) -> float | None:
+        """The earliest run_at of a scheduled or failed job."""
+        sql = "SELECT min(run_at) FROM jobs WHERE state IN ('scheduled', 'failed')"
+        return await self._read(lambda c: c.execute(sql).fetchone()[0])
+
+    async def expired_lease_ids(self, now: float, limit: int) -> list[int]:
+        """Running jobs whose lease ran out."""
+        sql = "SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < ? LIMIT ?"
+        return await self._read(lambda c: [r[0] for r in c.execute(sql, (now, limit))])
+
+    async def running_counts(self) -> dict[str, int]:
+        """Running jobs per queue."""
+        sql = "SELECT queue, count(*) FROM jobs WHERE state = 'running' GROUP BY queue"
+        return await self._read(lambda c: dict(c.execute(sql).fetchall()))
+
+    # -- queues
+
+    async def list_queues(self) -> list[dict[str, Any]]:
+        """Every queue with its settings and how many jobs wait and run in it."""
+
+        def q(c: sqlite3.Connection) -> list[dict[str, Any]]:
+            counts: dict[str, dict[str, int]] = {}
+            for queue, state, n in c.execute("SELECT queue, state, count(*) FROM jobs GROUP BY queue, state"):
+                counts.setdefault(queue, {})[state] = n
+            out = []
+            for name, paused, concurrency in c.execute("SELECT name, paused, concurrency FROM queues ORDER BY name"):
+                by_state = counts.get(name, {})
+                out.append(
+                    {
+                        "name": name,
+                        "paused": bool(paused),
+                        "concurrency": concurrency,
+                        "depth": by_state.get("queued", 0),
+                        "running": by_state.get("running", 0),
+                        "scheduled": by_state.get("scheduled", 0) + by_state.get("failed", 0),
+                        "counts": by_state,
+                    }
+                )
+            return out
+
+        return await self._read(q)
+
+    async def update_queue(self, name: str, changes: dict[str, Any], now: float) -> dict[str, Any]:
+        """Pause, resume or set the concurrency of a queue (which must exist)."""
+
+        def op(tx: Tx) -> dict[str, Any]:
+            row = tx.conn.execute("SELECT paused, concurrency FROM queues WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise NotFound(f"no queue named {name!r}", field="queue")
+            state = {"paused": bool(row[0]), "concurrency": row[1]}
+            state.update(changes)
+            tx.conn.execute(
+                "UPDATE queues SET paused = ?, concurrency = ?, updated_at = ? WHERE name = ?",
+                (int(state["paused"]), state["concurrency"], now, name),
+            )
+            event = "queue.updated"
+            if "paused" in changes:
+                event = "queue.paused" if changes["paused"] else "queue.resumed"
+            view = {"name": name, **state}
+            tx.emit(event, None, name, {"queue": view})
+            return view
+
+        return await self._write(op)
+
+    async def queue_settings(self) -> dict[str, tuple[bool, int | None]]:
+        """name -> (paused, concurrency) for every queue."""
+        sql = "SELECT name, paused, concurrency FROM queues"
+        return await self._read(lambda c: {n: (bool(p), k) for n, p, k in c.execute(sql)})
+
+    # -- schedules
+
+    def _schedule_row(self, s: Schedule) -> tuple[Any, ...]:
+        return tuple(
+            orjson.dumps(s.job).decode() if c == "job" else _db_value(c, getattr(s, c)) for c in SCHEDULE_COLUMNS[1:]
+        )
+
+    async def create_schedule(self, s: Schedule) -> Schedule:
+        """Store a new schedule; its id is assigned here."""
+
+        def op(tx: Tx) -> Schedule:
+            cols = SCHEDULE_COLUMNS[1:]
+            cur = tx.conn.execute(
+                f"INSERT INTO schedules ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                self._schedule_row(s),
+            )
+            s.id = int(cur.lastrowid or 0)
+            tx.emit("schedule.created", None, s.job.get("queue"), {"schedule": schedule_to_dict(s)})
+            return s
+
+        return await self._write(op)
+
+    async def get_schedule(self, schedule_id: int) -> Schedule:
+        """One schedule, or NotFound."""
+
+        def q(c: sqlite3.Connection) -> Schedule:
+            row = c.execute(f"{_SELECT_SCHEDULE} WHERE id = ?", (schedule_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no schedule with id {schedule_id}", field="id")
+            return _schedule(row)
+
+        return await self._read(q)
+
+    async def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by id."""
+        return await self._read(lambda c: [_schedule(r) for r in c.execute(f"{_SELECT_SCHEDULE} ORDER BY id")])
+
+    async def update_schedule(self, s: Schedule, event: str) -> Schedule:
+        """Write every field of `s` (which must exist) and an event of type `event`."""
+
+        def op(tx: Tx) -> Schedule:
+            cols = SCHEDULE_COLUMNS[1:]
+            cur = tx.conn.execute(
+                f"UPDATE schedules SET {', '.join(c + ' = ?' for c in cols)} WHERE id = ?",
+                (*self._schedule_row(s), s.id),
+            )
+            if cur.rowcount == 0:
+                raise NotFound(f"no schedule with id {s.id}", field="id")
+            tx.emit(event, None, s.job.get("queue"), {"schedule": schedule_to_dict(s)})
+            return s
+
+        return await self._write(op)
+
+    async def delete_schedule(self, schedule_id: int) -> None:
+        """Remove a schedule; the jobs it made stay."""
+
+        def op(tx: Tx) -> None:
+            if tx.conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,)).rowcount == 0:
+                raise NotFound(f"no schedule with id {schedule_id}", field="id")
+            tx.emit("schedule.deleted", None, None, {"schedule_id": schedule_id})
+
+        await self._write(op)
+
+    async def due_schedules(self, now: float) -> list[Schedule]:
+        """Unpaused schedules whose next fire time has come."""
+        sql = f"{_SELECT_SCHEDULE} WHERE paused = 0 AND next_fire_at <= ? ORDER BY next_fire_at LIMIT 1000"
+        return await self._read(lambda c: [_schedule(r) for r in c.execute(sql, (now,))])
+
+    async def next_schedule_at(self) -> float | None:
+        """The earliest next fire time of an unpaused schedule."""
+        sql = "SELECT min(next_fire_at) FROM schedules WHERE paused = 0"
+        return await self._read(lambda c: c.execute(sql).fetchone()[0])
+
+    async def fire_schedule(
+        self, s: Schedule, fire_time: float | None, job: Job, next_fire_at: float | None
+    ) -> Job | None:
+        """Materialise one fire time as a job, at most once per (schedule, fire time).
+
+        `fire_time=None` is a manual run. Returns None if another node (or an earlier try)
+        fired this time already, or the schedule changed since it was read.
+        """
+
+        def op(tx: Tx) -> Job | None:
+            c = tx.conn
+            row = c.execute("SELECT next_fire_at, paused FROM schedules WHERE id = ?", (s.id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no schedule with id {s.id}", field="id")
+            if fire_time is not None:
+                if row[0] != s.next_fire_at or row[1]:
+                    return None
+                dup = c.execute("SELECT 1 FROM jobs WHERE schedule_id = ? AND fire_time = ?", (s.id, fire_time))
+                if dup.fetchone() is not None:
+                    return None
+            job.schedule_id, job.fire_time = s.id, fire_time
+            _insert_jobs(tx, [job])
+            if fire_time is not None:
+                c.execute(
+                    "UPDATE schedules SET next_fire_at = ?, last_fire_at = ?, fired = fired + 1 WHERE id = ?",
+                    (next_fire_at, fire_time, s.id),
+                )
+            else:
+                c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = ?", (s.id,))
+            tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": fire_time})
+            return job
+
+        return await self._write(op)
+
+    # -- events
+
+    async def events_since(self, seq: int, limit: int, flt: EventFilter | None = None) -> list[Event]:
+        """Committed events after `seq`, in order, that pass `flt`."""
+
+        def q(c: sqlite3.Connection) -> list[Event]:
+            out: list[Event] = []
+            after = seq
+            where, params = "", []  # narrow in SQL where an index helps; types are matched below
+            if flt is not None and flt.job_ids:
+                where = f" AND job_id IN ({', '.join('?' * len(flt.job_ids))})"
+                params = sorted(flt.job_ids)
+            elif flt is not None and flt.queues:
+                where = f" AND queue IN ({', '.join('?' * len(flt.queues))})"
+                params = sorted(flt.queues)
+            while len(out) < limit:
+                rows = c.execute(
+                    f"SELECT seq, ts, type, job_id, queue, body FROM events WHERE seq > ?{where} ORDER BY seq LIMIT ?",
+                    (after, *params, max(limit, 1000)),
+                ).fetchall()
+                for r in rows:
+                    if flt is None or flt.matches(r[2], r[3], r[4]):
+                        out.append(Event(r[0], r[1], r[2], r[3], r[4], r[5]))
+                        if len(out) >= limit:
+                            break
+                if len(rows) < max(limit, 1000):
+                    break
+                after = rows[-1][0]
+            return out
+
+        return await self._read(q)
+
+    async def last_seq(self) -> int:
+        """The newest committed sequence number (0 if none)."""
+        sql = "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)"
+        return await self._read(lambda c: int(c.execute(sql).fetchone()[0]))
+
+    async def oldest_seq(self) -> int:
+        """The oldest sequence number still kept (0 if none)."""
+        return await self._read(lambda c: int(c.execute("SELECT coalesce(min(seq), 0) FROM events").fetchone()[0]))
+
+    async def prune_events(self, before: float) -> int:
+        """Delete events older than `before`; sequence numbers are never reused."""
+
+        def op(tx: Tx) -> int:
+            row = tx.conn.execute("SELECT seq FROM events WHERE ts >= ? ORDER BY seq LIMIT 1", (before,)).fetchone()
+            if row is None:
+                cut = tx.conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0]
+            else:
+                cut = row[0]
+            return int(tx.conn.execute("DELETE FROM events WHERE seq < ?", (cut,)).rowcount)
+
+        return await self._write(op)
+
+    async def record_event(self, type_: str, data: dict[str, Any]) -> None:
+        """Write an event that is not about one job (agents coming and going)."""
+        await self._write(lambda tx: tx.emit(type_, None, None, data))
+
+    # -- stats
+
+    async def stats(self, now: float) -> dict[str, Any]:
+        """Job counts by state and by queue, and finished jobs per second over the last minute."""
+
+        def q(c: sqlite3.Connection) -> dict[str, Any]:
+            by_state: dict[str, int] = {}
+            by_queue: dict[str, dict[str, int]] = {}
+            for queue, state, n in c.execute("SELECT queue, state, count(*) FROM jobs GROUP BY queue, state"):
+                by_state[state] = by_state.get(state, 0) + n
+                by_queue.setdefault(queue, {})[state] = n
+            finished: dict[str, int] = {}
+            for t in FINISHED_EVENTS:
+                row = c.execute("SELECT count(*) FROM events WHERE type = ? AND ts >= ?", (t, now - 60)).fetchone()
+                finished[t.removeprefix("job.")] = row[0]
+            done = finished["succeeded"] + finished["dead"] + finished["cancelled"]
+            return {
+                "by_state": by_state,
+                "by_queue": by_queue,
+                "last_minute": finished,
+                "jobs_per_second": round(done / 60.0, 2),
+            }
+
+        return await self._read(q)

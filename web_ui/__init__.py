@@ -1,0 +1,1 @@
+"""Reflex web dashboard (see the web dashboard issue)."""
