@@ -8,13 +8,16 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from core.client import DEFAULT_SERVER, JobDeckClient
 from core.config import load_settings
 from core.errors import JobDeckError
+
+if TYPE_CHECKING:
+    from core.node import Node
 
 JOB_COLUMNS = (("id", 8), ("name", 28), ("queue", 12), ("state", 10), ("priority", 8), ("attempt", 7), ("run_at", 25))
 
@@ -316,6 +319,24 @@ async def cmd_agents(c: JobDeckClient, args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ commands that run a node
 
 
+def attach_local_agent(node: Node, name: str | None = None) -> None:
+    """Run an agent inside the node over an in-process channel: the same runtime remote agents use."""
+    from agents.runtime import AgentConfig, AgentRuntime
+    from core.protocol import LocalChannel
+
+    settings = node.settings
+    core_end, agent_end = LocalChannel.pair()
+    config = AgentConfig(
+        name=name or f"local-{os.getpid()}",
+        slots=settings.local_slots,
+        heartbeat_seconds=settings.heartbeat_seconds,
+        kill_grace_seconds=settings.kill_grace_seconds,
+        output_tail_bytes=settings.output_tail_bytes,
+    )
+    node.spawn(node.engine.attach_agent(core_end), "local-agent-session")
+    node.spawn(AgentRuntime(agent_end, config).run(), "local-agent")
+
+
 def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
     settings = load_settings(
         data_dir=args.data_dir, host=args.host, port=args.port, local_slots=args.slots, log_level=args.log_level
@@ -330,16 +351,7 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
         node = Node(settings)
         await node.start()
         if local_agent:
-            from agents.runtime import AgentConfig, AgentRuntime
-            from core.protocol import LocalChannel
-
-            core_end, agent_end = LocalChannel.pair()
-            config = AgentConfig(name=f"local-{os.getpid()}", slots=settings.local_slots,
-                                 heartbeat_seconds=settings.heartbeat_seconds,
-                                 kill_grace_seconds=settings.kill_grace_seconds,
-                                 output_tail_bytes=settings.output_tail_bytes)  # fmt: skip
-            node.spawn(node.engine.attach_agent(core_end), "local-agent-session")
-            node.spawn(AgentRuntime(agent_end, config).run(), "local-agent")
+            attach_local_agent(node)
 
         def ready(url: str) -> None:
             agents = f", local agent with {settings.local_slots} slots" if local_agent else ", no local agents"

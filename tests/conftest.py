@@ -1,0 +1,142 @@
+"""Shared fixtures: a real node (SQLite file, HTTP server on a loopback port, local agent)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from core.cli import attach_local_agent
+from core.client import JobDeckClient
+from core.config import Settings, load_settings
+from core.node import Node
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class RunningNode:
+    """A node serving on a real socket in this test's event loop."""
+
+    node: Node
+    url: str
+    client: JobDeckClient
+
+    @property
+    def engine(self):  # type: ignore[no-untyped-def]
+        return self.node.engine
+
+    @property
+    def store(self):  # type: ignore[no-untyped-def]
+        return self.node.store
+
+
+def test_settings(tmp_path: Path, **overrides: object) -> Settings:
+    """Settings for a throw-away node: its own data dir, an OS-chosen port, short leases."""
+    base: dict[str, object] = dict(data_dir=tmp_path, port=0, lease_seconds=5.0, heartbeat_seconds=1.0,
+                                   kill_grace_seconds=1.0, reap_interval_seconds=0.2)  # fmt: skip
+    base.update(overrides)
+    return load_settings(environ={}, **base)
+
+
+async def start_node(settings: Settings, *, local_agent: bool = True) -> tuple[Node, str, asyncio.Task[None]]:
+    node = Node(settings)
+    await node.start()
+    if local_agent:
+        attach_local_agent(node, name="test-agent")
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(node.serve(on_ready=ready.set_result))
+    url = await asyncio.wait_for(ready, 10)
+    if local_agent:
+        deadline = time.monotonic() + 5
+        while not node.engine.sessions and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+    return node, url, task
+
+
+async def stop_node(node: Node, task: asyncio.Task[None]) -> None:
+    assert node.server is not None
+    node.server.should_exit = True
+    await asyncio.wait_for(task, 15)
+
+
+@pytest.fixture
+async def running(tmp_path: Path) -> AsyncIterator[RunningNode]:
+    """A node with a local agent (32 slots) on a fresh SQLite file."""
+    node, url, task = await start_node(test_settings(tmp_path))
+    client = JobDeckClient(url)
+    try:
+        yield RunningNode(node, url, client)
+    finally:
+        await client.close()
+        await stop_node(node, task)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """A `jobdeck` process started as a user would."""
+
+    proc: subprocess.Popen[str]
+    url: str
+    data_dir: Path
+    log: Path
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+def spawn_jobdeck(data_dir: Path, *args: str, port: int | None = None, env: dict[str, str] | None = None) -> ServerProcess:
+    """Start `jobdeck up` (or other args) as a subprocess and wait until it answers /healthz."""
+    import httpx
+
+    port = port or free_port()
+    log = data_dir.parent / f"jobdeck-{port}.log"
+    cmd = [sys.executable, "-m", "core.cli", *(args or ("up",)), "--data-dir", str(data_dir), "--port", str(port)]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(log, "a") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=full_env, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jobdeck exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return ServerProcess(proc, url, data_dir, log)
+        except httpx.TransportError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"jobdeck did not answer within 30 s:\n{log.read_text()}")
+
+
+@pytest.fixture
+def jobdeck_process(tmp_path: Path) -> Iterator[ServerProcess]:
+    """`jobdeck up` as a subprocess on a free port."""
+    sp = spawn_jobdeck(tmp_path / "data")
+    try:
+        yield sp
+    finally:
+        if sp.proc.poll() is None:
+            sp.proc.terminate()
+            try:
+                sp.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                sp.kill()
