@@ -89,12 +89,15 @@ class JobDeckClient:
     async def wait_for(
         self, job_id: int, states: Sequence[str] = ("succeeded", "dead", "cancelled"), timeout: float = 60.0
     ) -> Json:
-        """Follow the job's events until it reaches one of `states`; return the job."""
+        """Wait until the job is in one of `states` (by default: finished); return the job."""
         async with asyncio.timeout(timeout):
+            since = (await self.health())["last_seq"]  # read before the job, so no change slips between
+            job = await self.get_job(job_id)
+            if job["state"] in states:
+                return job
             async for _ in self.events(
-                since=0,
+                since=since,
                 job_ids=[job_id],
-                until_caught_up=False,
                 stop_when=lambda e: e.get("data", {}).get("job", {}).get("state") in states,
             ):
                 pass

@@ -90,4 +90,13 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     unknown = set(values) - set(known)
     if unknown:
         raise InvalidInput(f"unknown setting(s): {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
-    return Settings(**{k: _coerce(k, known[k], v) for k, v in values.items()})
+    settings = Settings(**{k: _coerce(k, known[k], v) for k, v in values.items()})
+    if settings.lease_seconds < 2 * settings.heartbeat_seconds:
+        raise InvalidInput(
+            f"lease_seconds ({settings.lease_seconds}) must be at least twice heartbeat_seconds "
+            f"({settings.heartbeat_seconds}), or healthy agents would lose their jobs",
+            field="lease_seconds",
+        )
+    if not 0 <= settings.port <= 65535:
+        raise InvalidInput(f"port {settings.port} is not a TCP port (0-65535)", field="port")
+    return settings

@@ -39,7 +39,7 @@ class RunningNode:
         return self.node.store
 
 
-def test_settings(tmp_path: Path, **overrides: object) -> Settings:
+def node_settings(tmp_path: Path, **overrides: object) -> Settings:
     """Settings for a throw-away node: its own data dir, an OS-chosen port, short leases."""
     base: dict[str, object] = dict(data_dir=tmp_path, port=0, lease_seconds=5.0, heartbeat_seconds=1.0,
                                    kill_grace_seconds=1.0, reap_interval_seconds=0.2)  # fmt: skip
@@ -71,7 +71,7 @@ async def stop_node(node: Node, task: asyncio.Task[None]) -> None:
 @pytest.fixture
 async def running(tmp_path: Path) -> AsyncIterator[RunningNode]:
     """A node with a local agent (32 slots) on a fresh SQLite file."""
-    node, url, task = await start_node(test_settings(tmp_path))
+    node, url, task = await start_node(node_settings(tmp_path))
     client = JobDeckClient(url)
     try:
         yield RunningNode(node, url, client)
@@ -103,7 +103,9 @@ class ServerProcess:
         return self.log.read_text()
 
 
-def spawn_jobdeck(data_dir: Path, *args: str, port: int | None = None, env: dict[str, str] | None = None) -> ServerProcess:
+def spawn_jobdeck(
+    data_dir: Path, *args: str, port: int | None = None, env: dict[str, str] | None = None
+) -> ServerProcess:
     """Start `jobdeck up` (or other args) as a subprocess and wait until it answers /healthz."""
     import httpx
 

@@ -23,6 +23,8 @@ class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
+        if isinstance(content, bytes):  # already JSON (stored event bodies)
+            return content
         return orjson.dumps(content)
 
 

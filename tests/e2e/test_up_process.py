@@ -1,0 +1,107 @@
+"""`jobdeck up` as a real process: a thousand jobs over HTTP, and a SIGKILL in the middle of work."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from core.client import JobDeckClient
+from tests.conftest import ServerProcess, free_port, spawn_jobdeck
+
+
+async def _wait_counts(client: JobDeckClient, want: dict[str, int], timeout: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        by_state = (await client.stats())["by_state"]
+        if all(by_state.get(k, 0) == v for k, v in want.items()):
+            return by_state  # type: ignore[no-any-return]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"expected counts {want}, still {by_state} after {timeout} s")
+        await asyncio.sleep(0.05)
+
+
+async def test_thousand_jobs_over_http_all_succeed(jobdeck_process: ServerProcess) -> None:
+    async with JobDeckClient(jobdeck_process.url) as c:
+        sem = asyncio.Semaphore(16)
+
+        async def one(i: int) -> int:
+            async with sem:
+                job = await c.submit({"task": {"kind": "python", "function": "agents.builtin:echo", "args": [i]}})
+                return int(job["id"])
+
+        ids = await asyncio.gather(*(one(i) for i in range(1000)))
+        assert len(set(ids)) == 1000
+        await _wait_counts(c, {"succeeded": 1000}, timeout=60)
+        sample = await c.get_job(ids[500])
+        assert sample["result"] == {"args": [500], "kwargs": {}}
+
+
+RECORDER = """
+import os, sys, time
+log = sys.argv[1]
+job, attempt = os.environ["JOBDECK_JOB_ID"], os.environ["JOBDECK_ATTEMPT"]
+def note(what):
+    with open(log, "a") as f:
+        f.write(f"{what} {job} {attempt} {time.time():.6f}\\n")
+note("start")
+time.sleep(float(sys.argv[2]))
+note("end")
+"""
+
+
+async def test_sigkill_with_work_in_flight_loses_nothing_and_never_overlaps(tmp_path: Path) -> None:
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    runs = tmp_path / "runs.log"
+    env = {"JOBDECK_LEASE_SECONDS": "2", "JOBDECK_HEARTBEAT_SECONDS": "0.5", "JOBDECK_REAP_INTERVAL_SECONDS": "0.2"}
+    data, port = tmp_path / "data", free_port()
+    server = spawn_jobdeck(data, "up", "--slots", "20", port=port, env=env)
+    task = {"kind": "shell", "argv": [sys.executable, str(script), str(runs), "0.5"]}
+    try:
+        async with JobDeckClient(server.url) as c:
+            await c.submit_batch([{"task": task, "name": f"rec-{i}"} for i in range(220)])
+            await _wait_counts(c, {"running": 20, "queued": 200}, timeout=20)
+        server.kill()  # SIGKILL: no chance to clean up
+        killed_at = time.time()
+        server = spawn_jobdeck(data, "up", "--slots", "20", port=port, env=env)
+        async with JobDeckClient(server.url) as c:
+            counts = await _wait_counts(c, {"succeeded": 220}, timeout=90)
+            assert sum(counts.values()) == 220, f"no job may be lost or duplicated: {counts}"
+            lost = [a for j in range(1, 221) for a in await c.attempts(j) if a["outcome"] == "lost"]
+            assert len(lost) >= 1, "jobs running at the kill must show a lost attempt"
+    finally:
+        server.proc.terminate()
+        server.proc.wait(15)
+    spans: dict[str, list[tuple[float, float]]] = {}
+    starts: dict[tuple[str, str], float] = {}
+    for line in runs.read_text().splitlines():
+        what, job, attempt, t = line.split()
+        if what == "start":
+            starts[(job, attempt)] = float(t)
+        else:
+            spans.setdefault(job, []).append((starts.pop((job, attempt)), float(t)))
+    for (job, _), t in starts.items():  # runs cut off by the kill never wrote "end"
+        spans.setdefault(job, []).append((t, killed_at))
+    assert len(spans) == 220
+    for job, intervals in spans.items():
+        intervals.sort()
+        for (_, e1), (s2, _) in itertools.pairwise(intervals):
+            assert s2 >= e1, f"job {job} ran twice at once: {intervals}"
+
+
+def test_two_nodes_cannot_share_one_data_dir(jobdeck_process: ServerProcess) -> None:
+    import subprocess
+
+    port = free_port()
+    out = subprocess.run(
+        [sys.executable, "-m", "core.cli", "up", "--data-dir", str(jobdeck_process.data_dir), "--port", str(port)],
+        capture_output=True, text=True, timeout=30, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "another JobDeck node is using" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert httpx.get(jobdeck_process.url + "/healthz").status_code == 200
