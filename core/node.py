@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -46,6 +47,12 @@ class Node:
     async def start(self) -> None:
         await self.store.open()
         await self.engine.start()
+        # A node allocates many short-lived objects per job; with the default thresholds the
+        # cyclic GC walked the whole heap so often that it cost more than the SQLite inserts
+        # of a 10,000-job batch (measured: 135 ms of 190 ms). Collect less often, and leave
+        # the objects alive at start-up out of every collection.
+        gc.set_threshold(50_000, 20, 100)
+        gc.freeze()
 
     def spawn(self, coro: Awaitable[None], name: str) -> None:
         """Run a companion (a local agent) for the node's life."""

@@ -22,6 +22,7 @@ log = logging.getLogger("jobdeck.store")
 
 MIGRATIONS = Path(__file__).resolve().parent.parent.parent / "migrations" / "sqlite"
 MAX_OPS_PER_COMMIT = 2000
+CHECKPOINT_EVERY = 0.5  # seconds
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -78,6 +79,7 @@ class Tx:
         self.next_seq = next_seq
         self.next_job_id = next_job_id
         self.now = now
+        self._now_iso = iso(now)  # every event of one transaction shares its time
         self.events: list[Event] = []
 
     def new_job_id(self) -> int:
@@ -90,7 +92,7 @@ class Tx:
         seq = self.next_seq
         self.next_seq += 1
         body = orjson.dumps(
-            {"seq": seq, "ts": iso(self.now), "type": type_, "job_id": job_id, "queue": queue_, "data": data}
+            {"seq": seq, "ts": self._now_iso, "type": type_, "job_id": job_id, "queue": queue_, "data": data}
         )
         self.events.append(Event(seq, self.now, type_, job_id, queue_, body))
 
@@ -157,6 +159,8 @@ class Writer:
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             conn = connect(self._path)
+            # Checkpoints run on their own thread (see _checkpoint), not inside our commits.
+            conn.execute("PRAGMA wal_autocheckpoint=0")
             self.schema_version = migrate(conn)
             next_seq = (conn.execute("SELECT seq FROM sqlite_sequence WHERE name='events'").fetchone() or (0,))[0] + 1
             next_job_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM jobs").fetchone()[0]
@@ -164,6 +168,11 @@ class Writer:
             self._loop.call_soon_threadsafe(_set_exception, ready, exc)
             return
         self._loop.call_soon_threadsafe(_set_result, ready, None)
+        stop_checkpoints = threading.Event()
+        checkpointer = threading.Thread(
+            target=self._checkpoint, args=(stop_checkpoints,), name="jobdeck-sqlite-checkpoint", daemon=True
+        )
+        checkpointer.start()
         while True:
             item = self._queue.get()
             if item is None:
@@ -179,7 +188,25 @@ class Writer:
                     break
                 batch.append(more)
             next_seq, next_job_id = self._commit(conn, batch, next_seq, next_job_id)
+        stop_checkpoints.set()
+        checkpointer.join()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()
+
+    def _checkpoint(self, stop: threading.Event) -> None:
+        """Copy the WAL back into the database file every half second, beside the writer.
+
+        A PASSIVE checkpoint never blocks the writer or readers; it does what it can.
+        """
+        conn = connect(self._path)
+        try:
+            while not stop.wait(CHECKPOINT_EVERY):
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error:
+                    log.exception("checkpoint failed; will try again")
+        finally:
+            conn.close()
 
     def _commit(
         self, conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any]]], next_seq: int, next_job_id: int
