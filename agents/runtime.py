@@ -55,6 +55,8 @@ class AgentRuntime:
         self._cancelled: set[tuple[int, int]] = set()
         self._results: list[Message] = []
         self._results_ready = asyncio.Event()
+        self._stopping = False
+        self._flushed = asyncio.Event()
 
     async def run(self) -> None:
         """Register, then serve assignments until the channel closes."""
@@ -79,6 +81,11 @@ class AgentRuntime:
                 msg = await self.channel.recv()
                 kind = msg.get("type")
                 if kind == "assign":
+                    if self._stopping:  # raced with our "draining": give them back unstarted
+                        await self.channel.send(
+                            {"type": "hand_back", "jobs": [[a["job_id"], a["attempt"]] for a in msg["jobs"]]}
+                        )
+                        continue
                     for a in msg["jobs"]:
                         self._start(a)
                 elif kind == "cancel":
@@ -128,9 +135,12 @@ class AgentRuntime:
         except TimeoutError:
             report.update(outcome="timeout", error=f"timed out after {a.get('timeout')} s")
         except asyncio.CancelledError:
-            if (job_id, attempt) not in self._cancelled:
-                raise  # the agent itself is stopping
-            report.update(outcome="cancelled", error="cancelled by request")
+            if (job_id, attempt) in self._cancelled:
+                report.update(outcome="cancelled", error="cancelled by request")
+            elif self._stopping:
+                report.update(outcome="failed", error="the agent shut down during the run")
+            else:
+                raise
         except Exception as exc:
             log.exception("handler crashed on job %s", job_id)
             report.update(outcome="failed", error=f"{type(exc).__name__}: {exc}")
@@ -151,6 +161,8 @@ class AgentRuntime:
             batch, self._results = self._results, []
             if batch:
                 await self.channel.send({"type": "result", "results": batch})
+            if not self._results:
+                self._flushed.set()
 
     async def _heartbeat(self) -> None:
         while True:
@@ -158,10 +170,22 @@ class AgentRuntime:
             with contextlib.suppress(ChannelClosed):
                 await self.channel.send({"type": "heartbeat", "running": [[j, a] for j, (a, _) in self.tasks.items()]})
 
-    async def stop(self) -> None:
-        """Cancel every running job (used when the node shuts down)."""
-        for _, t in list(self.tasks.values()):
-            t.cancel()
-        for _, t in list(self.tasks.values()):
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+    async def shutdown(self, grace: float) -> None:
+        """Stop taking work, let running jobs finish for up to `grace` seconds, then stop the
+        rest (reported as failed attempts, so they are retried) and send every result."""
+        self._stopping = True
+        with contextlib.suppress(ChannelClosed):
+            await self.channel.send({"type": "draining"})
+        running = [t for _, t in self.tasks.values()]
+        if running:
+            _, late = await asyncio.wait(running, timeout=grace)
+            for t in late:
+                t.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        if self._results:
+            self._flushed.clear()
+            self._results_ready.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._flushed.wait(), 5.0)
+        with contextlib.suppress(ChannelClosed):
+            await self.channel.close()

@@ -93,6 +93,8 @@ class AgentSession:
                 elif kind == "heartbeat":
                     self.last_heartbeat = time.time()
                     await self.engine.extend_leases(self, [(int(j), int(a)) for j, a in msg.get("running", [])])
+                elif kind == "draining":
+                    self.draining = True
                 elif kind == "hand_back":
                     await self.engine.hand_back(self, msg["jobs"])
                 else:

@@ -333,8 +333,10 @@ def attach_local_agent(node: Node, name: str | None = None) -> None:
         kill_grace_seconds=settings.kill_grace_seconds,
         output_tail_bytes=settings.output_tail_bytes,
     )
+    runtime = AgentRuntime(agent_end, config)
     node.spawn(node.engine.attach_agent(core_end), "local-agent-session")
-    node.spawn(AgentRuntime(agent_end, config).run(), "local-agent")
+    node.spawn(runtime.run(), "local-agent")
+    node.on_stop(lambda: runtime.shutdown(settings.shutdown_grace_seconds))
 
 
 def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:

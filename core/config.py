@@ -28,6 +28,7 @@ class Settings:
     lease_seconds: float = 30.0
     heartbeat_seconds: float = 5.0
     kill_grace_seconds: float = 5.0
+    shutdown_grace_seconds: float = 10.0  # on SIGTERM, running local jobs get this long to finish
     # Scheduling policy
     aging_seconds_per_priority: float = 60.0
     claim_batch: int = 512

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
 
@@ -32,6 +32,19 @@ def open_store(settings: Settings, bus: LocalBus) -> SQLiteStore:
     return SQLiteStore(settings.sqlite_path, policy, on_commit=bus.publish)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM / SIGINT once it stops serving, which would kill the process
+    before the node drains its agents and closes its store; we shut down ourselves instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self._captured_signals.clear()
+
+
 class Node:
     """Everything one `jobdeck server` / `jobdeck up` process runs."""
 
@@ -42,7 +55,8 @@ class Node:
         self.engine = Engine(self.store, self.bus, settings)
         self.app = create_app(self.engine)
         self.server: uvicorn.Server | None = None
-        self._background: list[asyncio.Task[None]] = []
+        self._background: list[asyncio.Future[None]] = []
+        self._on_stop: list[Callable[[], Awaitable[None]]] = []
 
     async def start(self) -> None:
         await self.store.open()
@@ -58,6 +72,10 @@ class Node:
         """Run a companion (a local agent) for the node's life."""
         self._background.append(asyncio.ensure_future(coro))
 
+    def on_stop(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run `hook` first when the node stops, while the store is still open (agents drain here)."""
+        self._on_stop.append(hook)
+
     async def serve(self, on_ready: Callable[[str], None] | None = None) -> None:
         """Serve the API until SIGINT / SIGTERM, then shut down in order."""
         config = uvicorn.Config(
@@ -70,7 +88,7 @@ class Node:
             ws_max_size=2**24,
             timeout_graceful_shutdown=5,
         )
-        self.server = uvicorn.Server(config)
+        self.server = _Server(config)
         waiter = asyncio.ensure_future(self._announce(on_ready))
         try:
             await self.server.serve()
@@ -91,6 +109,12 @@ class Node:
             on_ready(f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}")
 
     async def stop(self) -> None:
+        for hook in self._on_stop:
+            try:
+                await hook()
+            except Exception:
+                log.exception("a shutdown step failed")
+        self._on_stop = []
         for t in self._background:
             t.cancel()
         for t in self._background:

@@ -105,3 +105,32 @@ def test_two_nodes_cannot_share_one_data_dir(jobdeck_process: ServerProcess) -> 
     assert out.returncode != 0
     assert "another JobDeck node is using" in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert httpx.get(jobdeck_process.url + "/healthz").status_code == 200
+
+
+async def test_sigterm_lets_short_jobs_finish_and_stops_long_ones(tmp_path: Path) -> None:
+    import signal
+
+    data, port = tmp_path / "data", free_port()
+    env = {"JOBDECK_SHUTDOWN_GRACE_SECONDS": "1.5"}
+    server = spawn_jobdeck(data, "up", port=port, env=env)
+    async with JobDeckClient(server.url) as c:
+        short = await c.submit({"task": {"kind": "shell", "command": "sleep 0.5"}})
+        long = await c.submit({"task": {"kind": "shell", "command": "sleep 60"}, "max_attempts": 2})
+        await _wait_counts(c, {"running": 2}, timeout=10)
+    t0 = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(20) == 0, server.output()
+    assert time.monotonic() - t0 < 10, "shutdown must not wait for a 60 s job"
+    assert "Traceback" not in server.output(), server.output()
+    server = spawn_jobdeck(data, "up", port=port, env=env)
+    try:
+        async with JobDeckClient(server.url) as c:
+            assert (await c.get_job(short["id"]))["state"] == "succeeded"
+            stopped = await c.get_job(long["id"])
+            assert stopped["state"] in ("failed", "queued", "running") and stopped["attempt"] >= 1, stopped
+            first = (await c.attempts(long["id"]))[0]
+            assert first["outcome"] == "failed" and "shut down" in first["error"], first
+            await c.job_action(long["id"], "cancel")
+    finally:
+        server.proc.terminate()
+        server.proc.wait(15)
