@@ -136,7 +136,7 @@ def _add_job_flags(p: argparse.ArgumentParser, name_flag: str = "--name") -> Non
 
 async def _remote(args: argparse.Namespace) -> int:
     async with JobDeckClient(args.server) as c:
-        return await args.run(c, args)
+        return int(await args.run(c, args))
 
 
 async def cmd_submit(c: JobDeckClient, args: argparse.Namespace) -> int:

@@ -127,8 +127,8 @@ def sort_key(enqueued_at: float, priority: int, policy: Policy) -> float:
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Seconds before retry number `attempt` (1-based): exponential, capped, with equal jitter."""
     ceiling = min(cap, base * (2 ** max(0, attempt - 1)))
-    r = (rng or random).random()
-    return ceiling / 2 + r * ceiling / 2
+    r: float = (rng or random).random()
+    return float(ceiling / 2 + r * ceiling / 2)
 
 
 def iso(ts: float | None) -> str | None:

@@ -71,7 +71,7 @@ def next_fire_times(s: Schedule, after: float, n: int) -> list[float]:
     if s.kind == "interval":
         assert s.interval and s.interval > 0
         k = max(0, int((after - s.anchor) // s.interval) + 1)
-        out = []
+        out: list[float] = []
         while len(out) < n:
             t = s.anchor + k * s.interval
             if t > after:

@@ -19,9 +19,9 @@ class TaskNotFound(LookupError):
 
 def resolve(path: str) -> Callable[..., Any]:
     """`package.module:function` or `package.module.function` to the callable."""
-    fn = _cache.get(path)
-    if fn is not None:
-        return fn
+    cached = _cache.get(path)
+    if cached is not None:
+        return cached
     module_name, sep, attr = path.partition(":")
     if not sep:
         module_name, _, attr = path.rpartition(".")
@@ -38,8 +38,9 @@ def resolve(path: str) -> Callable[..., Any]:
             raise TaskNotFound(f"module {module_name!r} has no {attr!r}")
     if not callable(obj):
         raise TaskNotFound(f"{path!r} is not callable")
-    _cache[path] = obj
-    return obj
+    fn: Callable[..., Any] = obj
+    _cache[path] = fn
+    return fn
 
 
 async def run_python(task: dict[str, Any], ctx: RunContext) -> Outcome:

@@ -49,7 +49,7 @@ def validation_error(exc: RequestValidationError) -> JobDeckError:
     from core.errors import InvalidInput
 
     errors = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    first: dict[str, Any] = dict(errors[0]) if errors else {"loc": (), "msg": "invalid request"}
     loc = tuple(first.get("loc", ()))
     if first.get("type") == "json_invalid":
         return InvalidInput(f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(": "))

@@ -241,7 +241,8 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             failure = Unavailable(f"the store could not commit: {exc}")
-            self._loop.call_soon_threadsafe(_deliver, [(f, None, failure) for _, f in batch], [], self._on_commit)
+            failed: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = [(f, None, failure) for _, f in batch]
+            self._loop.call_soon_threadsafe(_deliver, failed, [], self._on_commit)
             return next_seq, next_job_id
         self._loop.call_soon_threadsafe(_deliver, outcomes, tx.events, self._on_commit)
         return tx.next_seq, tx.next_job_id

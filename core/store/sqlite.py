@@ -249,7 +249,8 @@ class SQLiteStore:
 
     async def list_jobs(self, flt: JobFilter, before_id: int | None, limit: int) -> list[Job]:
         """Newest first; `before_id` is the cursor (the last id of the previous page)."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if flt.states:
             where.append(f"state IN ({', '.join('?' * len(flt.states))})")
             params += list(flt.states)
@@ -547,13 +548,13 @@ class SQLiteStore:
         def q(c: sqlite3.Connection) -> list[Event]:
             out: list[Event] = []
             after = seq
-            where, params = "", []  # narrow in SQL where an index helps; types are matched below
+            where, params = "", list[Any]()  # narrow in SQL where an index helps; types are matched below
             if flt is not None and flt.job_ids:
                 where = f" AND job_id IN ({', '.join('?' * len(flt.job_ids))})"
-                params = sorted(flt.job_ids)
+                params = list(sorted(flt.job_ids))
             elif flt is not None and flt.queues:
                 where = f" AND queue IN ({', '.join('?' * len(flt.queues))})"
-                params = sorted(flt.queues)
+                params = list(sorted(flt.queues))
             while len(out) < limit:
                 rows = c.execute(
                     f"SELECT seq, ts, type, job_id, queue, body FROM events WHERE seq > ?{where} ORDER BY seq LIMIT ?",
