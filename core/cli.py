@@ -19,12 +19,21 @@ from core.errors import JobDeckError
 if TYPE_CHECKING:
     from core.node import Node
 
-JOB_COLUMNS = (("id", 8), ("name", 28), ("queue", 12), ("state", 10), ("priority", 8), ("attempt", 7), ("run_at", 25))
+JOB_COLUMNS = (("id", 8), ("name", 28), ("queue", 12), ("state", 10), ("priority", 8), ("attempt", 7), ("run_at", 19))
 
 
 def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, int]]) -> str:
     def cell(v: Any, w: int) -> str:
-        s = "-" if v is None else str(v)
+        if v is None:
+            s = "-"
+        elif isinstance(v, bool):
+            s = "yes" if v else "no"
+        elif isinstance(v, (list, tuple)):
+            s = ",".join(map(str, v)) or "-"
+        elif isinstance(v, str) and len(v) >= 26 and v[10] == "T" and v[4] == "-":
+            s = v[:19].replace("T", " ")  # an ISO time: to the second is enough in a table
+        else:
+            s = str(v)
         return (s if len(s) <= w else s[: w - 1] + "…").ljust(w)
 
     lines = ["  ".join(cell(c.upper(), w) for c, w in columns).rstrip()]
@@ -232,7 +241,7 @@ SCHEDULE_COLUMNS = (
     ("interval", 8),
     ("timezone", 16),
     ("paused", 6),
-    ("next_fire_at", 25),
+    ("next_fire_at", 19),
 )
 
 

@@ -411,7 +411,7 @@ def default_name(task: dict[str, Any]) -> str:
     kind = task.get("kind")
     if kind == "shell":
         first = (task.get("argv") or (task.get("command") or "").split() or ["shell"])[0]
-        return str(first).rsplit("/", 1)[-1][:60]
+        return str(first).rsplit("/", 1)[-1].rstrip(";&|")[:60] or "shell"
     if kind == "http":
         return f"{task.get('method', 'GET')} {task.get('url', '')}"[:80]
     if kind == "python":
