@@ -163,7 +163,9 @@ async def test_idempotency_key_returns_the_first_job(running: RunningNode) -> No
 
 
 async def test_expired_lease_is_reclaimed_and_counted_as_lost(tmp_path: Path) -> None:
-    node, url, task = await start_node(node_settings(tmp_path, lease_seconds=1.0, heartbeat_seconds=0.3), local_agent=False)
+    node, url, task = await start_node(
+        node_settings(tmp_path, lease_seconds=1.0, heartbeat_seconds=0.3), local_agent=False
+    )
     client = JobDeckClient(url)
     try:
         # An agent that takes a job and then vanishes without a word.
