@@ -47,19 +47,39 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
+SHORTCUTS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+
 def validate_cron(expr: str) -> None:
-    """Raise InvalidSchedule quoting `expr` and saying what is wrong with it."""
+    """Raise InvalidSchedule quoting `expr` and saying what is wrong with it (including never firing)."""
     fields_ = expr.split()
-    if len(fields_) not in (5, 6):
+    if expr.strip().startswith("@"):
+        if expr.strip() not in SHORTCUTS:
+            raise InvalidSchedule(
+                f"cron expression {expr!r}: unknown shortcut; use one of {', '.join(SHORTCUTS)}", field="cron"
+            )
+    elif len(fields_) not in (5, 6):
         raise InvalidSchedule(
             f"cron expression {expr!r} has {len(fields_)} fields; expected 5 (minute hour day month weekday) "
             "or 6 (with seconds last)",
             field="cron",
         )
     try:
-        croniter(expr, datetime(2000, 1, 1, tzinfo=UTC))
+        it = croniter(expr, datetime(2000, 1, 1, tzinfo=UTC))
     except (CroniterBadCronError, CroniterBadDateError, ValueError, KeyError) as exc:
         raise InvalidSchedule(f"cron expression {expr!r} is invalid: {exc}", field="cron") from None
+    try:
+        it.get_next(float)
+    except CroniterBadDateError:
+        raise InvalidSchedule(f"cron expression {expr!r} never fires (no such date)", field="cron") from None
+
+
+def _fixed_hour(expr: str) -> bool:
+    """True for crons at set hours (they fire once in a DST overlap); false for hourly ones."""
+    expr = expr.strip()
+    if expr.startswith("@"):
+        return expr != "@hourly"
+    return "*" not in expr.split()[1]
 
 
 def next_fire_times(s: Schedule, after: float, n: int) -> list[float]:
@@ -81,9 +101,16 @@ def next_fire_times(s: Schedule, after: float, n: int) -> list[float]:
     assert s.cron is not None
     tz = zone(s.timezone)
     it = croniter(s.cron, datetime.fromtimestamp(after, tz))
+    once_in_overlap = _fixed_hour(s.cron)
     out = []
     while len(out) < n:
-        t = it.get_next(datetime).timestamp()
+        try:
+            t = it.get_next(datetime).timestamp()
+        except CroniterBadDateError:
+            raise InvalidSchedule(f"cron expression {s.cron!r} never fires (no such date)", field="cron") from None
+        # When clocks fall back, a set local time (02:30) happens twice: run it the first time only.
+        if once_in_overlap and datetime.fromtimestamp(t, tz).fold == 1:
+            continue
         if t > after:
             out.append(t)
     return out
