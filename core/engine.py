@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +35,7 @@ from core.model import (
     decide_promote,
     decide_resume,
     decide_retry,
+    utcnow,
 )
 from core.protocol import Channel, ChannelClosed
 from core.schedule import Schedule, next_fire_times
@@ -50,7 +50,7 @@ PRUNE_EVERY = 600.0
 class Engine:
     """One node's scheduler and dispatcher over a Store and a Bus."""
 
-    def __init__(self, store: Store, bus: Bus, settings: Settings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: Store, bus: Bus, settings: Settings, clock: Callable[[], float] = utcnow) -> None:
         self.store = store
         self.bus = bus
         self.settings = settings

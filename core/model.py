@@ -7,6 +7,7 @@ event in the same transaction. Nothing in this module does I/O.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -126,9 +127,15 @@ def sort_key(enqueued_at: float, priority: int, policy: Policy) -> float:
 
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Seconds before retry number `attempt` (1-based): exponential, capped, with equal jitter."""
-    ceiling = min(cap, base * (2 ** max(0, attempt - 1)))
+    ceiling = min(cap, base * (2.0 ** min(max(0, attempt - 1), 64)))  # 2**64 outgrows any cap
     r: float = (rng or random).random()
     return float(ceiling / 2 + r * ceiling / 2)
+
+
+def utcnow() -> float:
+    """Now, in Unix seconds to the microsecond: the precision of our ISO times, so a time read
+    back from the API compares equal to the stored one."""
+    return round(time.time(), 6)
 
 
 def iso(ts: float | None) -> str | None:
@@ -331,6 +338,7 @@ def decide_finish(job: Job, res: RunResult, now: float, policy: Policy, rng: ran
     }
     common: dict[str, Any] = {
         "lease_expires_at": None,
+        "cancel_requested": False,
         "started_at": res.started_at,
         "finished_at": res.finished_at or now,
         "result": res.result,
@@ -365,6 +373,10 @@ def decide_hand_back(job: Job, attempt: int, now: float, policy: Policy) -> Chan
     """An agent returns a job it never started (drain, shutdown): queued again, attempt not counted."""
     if job.state != S.RUNNING or job.attempt != attempt:
         raise Conflict(f"stale hand-back for job {job.id}", state=job.state, job_id=job.id)
+    if job.cancel_requested:  # the user cancelled it while it waited in the agent: it ends here
+        change = _move(job, S.CANCELLED, "hand back", now, agent=None, lease_expires_at=None, finished_at=now)
+        change.attempt = {"attempt": attempt, "outcome": "cancelled", "finished_at": now}
+        return change
     change = _move(job, S.QUEUED, "hand back", now, attempt=job.attempt - 1, agent=None, lease_expires_at=None)
     change.attempt = {"attempt": attempt, "outcome": "handed_back", "finished_at": now}
     return change

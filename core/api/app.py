@@ -82,27 +82,41 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.batch_limit if scope["path"] == BATCH_PATH else self.limit
-        for k, v in scope.get("headers", []):
-            if k == b"content-length" and v.isdigit() and int(v) > limit:
-                await self._too_large(scope, receive, send, limit)
-                return
+        headers = dict(scope.get("headers", []))
         # Every body of this API is JSON: read it as JSON whatever the client labelled it
         # (curl -d says application/x-www-form-urlencoded).
-        scope = dict(scope)
-        scope["headers"] = [(k, v) for k, v in scope.get("headers", []) if k != b"content-type"]
-        scope["headers"].append((b"content-type", b"application/json"))
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
+        headers[b"content-type"] = b"application/json"
+        scope = dict(scope, headers=list(headers.items()))
+        length = headers.get(b"content-length")
+        if length is not None:
+            if length.isdigit() and int(length) > limit:
+                await self._too_large(scope, receive, send, limit)
+            else:  # the server holds the client to its declared length
+                await self.app(scope, receive, send)
+            return
+        # No declared length (chunked): read up to the limit before the app sees anything.
+        chunks, size, more = [], 0, True
+        while more:
             msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > limit:
-                    raise PayloadTooLarge(f"the request body is over {limit} bytes")
-            return msg
+            if msg["type"] != "http.request":
+                return  # the client went away
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self._too_large(scope, receive, send, limit)
+                return
+            chunks.append(chunk)
+            more = msg.get("more_body", False)
+        replayed = False
 
-        await self.app(scope, counted, send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        await self.app(scope, replay, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         err = PayloadTooLarge(

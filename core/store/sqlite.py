@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any, TypeVar
 import orjson
 
 from core.errors import JobDeckError, NotFound, Unavailable
-from core.model import Change, Job, Policy, decide_claim, job_summary
+from core.model import Change, Job, Policy, decide_claim, job_summary, utcnow
 from core.schedule import Schedule, schedule_to_dict
 from core.store._sqlite_writer import OnCommit, Tx, Writer, connect
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter
@@ -155,7 +154,7 @@ def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
 class SQLiteStore:
     """The Store protocol on one SQLite file (see core/store/base.py)."""
 
-    def __init__(self, path: Path, policy: Policy, on_commit: OnCommit, clock: Callable[[], float] = time.time):
+    def __init__(self, path: Path, policy: Policy, on_commit: OnCommit, clock: Callable[[], float] = utcnow):
         self.path = path
         self.policy = policy
         self.clock = clock
