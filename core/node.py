@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
@@ -76,12 +78,32 @@ class Node:
         """Run `hook` first when the node stops, while the store is still open (agents drain here)."""
         self._on_stop.append(hook)
 
+    def _bind(self) -> socket.socket:
+        host, port = self.settings.host, self.settings.port
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            hint = " (is another JobDeck running? choose another --port)" if exc.errno == errno.EADDRINUSE else ""
+            raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}{hint}") from None
+        sock.listen(2048)
+        sock.setblocking(False)
+        return sock
+
     async def serve(self, on_ready: Callable[[str], None] | None = None) -> None:
-        """Serve the API until SIGINT / SIGTERM, then shut down in order."""
+        """Serve the API until SIGINT / SIGTERM, then shut down in order (agents drain, the store closes)."""
+        try:
+            sock = self._bind()
+        except OSError:
+            await self.stop()
+            raise
+        host, port = sock.getsockname()[:2]
+        self.settings.port = port
         config = uvicorn.Config(
             self.app,
-            host=self.settings.host,
-            port=self.settings.port,
             log_level="warning",
             lifespan="off",
             ws="websockets-sansio",
@@ -89,24 +111,21 @@ class Node:
             timeout_graceful_shutdown=5,
         )
         self.server = _Server(config)
-        waiter = asyncio.ensure_future(self._announce(on_ready))
+        waiter = asyncio.ensure_future(
+            self._announce(on_ready, f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}")
+        )
         try:
-            await self.server.serve()
+            await self.server.serve(sockets=[sock])
         finally:
             waiter.cancel()
             await self.stop()
-        if not self.server.started:
-            raise OSError(f"could not listen on {self.settings.host}:{self.settings.port} (is the port taken?)")
 
-    async def _announce(self, on_ready: Callable[[str], None] | None) -> None:
+    async def _announce(self, on_ready: Callable[[str], None] | None, url: str) -> None:
         assert self.server is not None
         while not self.server.started:
-            await asyncio.sleep(0.02)
-        sock = self.server.servers[0].sockets[0]
-        host, port = sock.getsockname()[:2]
-        self.settings.port = port
+            await asyncio.sleep(0.01)
         if on_ready is not None:
-            on_ready(f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}")
+            on_ready(url)
 
     async def stop(self) -> None:
         for hook in self._on_stop:
