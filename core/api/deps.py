@@ -2,16 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
+from typing import Any
 
-from fastapi import Request
+import orjson
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 
 from core.engine import Engine
 from core.errors import InvalidInput
 
 
-def get_engine(request: Request) -> Engine:
-    """The node's engine (set by create_app)."""
+class _Request(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = orjson.loads(await self.body())  # its errors are json.JSONDecodeError too
+        return self._json
+
+
+class Route(APIRoute):
+    """Every route of the API: request bodies are parsed with orjson (several times faster than
+    the standard library on 10,000-job batches)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await handler(_Request(request.scope, request.receive))
+
+        return route
+
+
+async def get_engine(request: Request) -> Engine:
+    """The node's engine (set by create_app). Async, so FastAPI does not hop to a thread for it."""
     engine: Engine = request.app.state.engine
     return engine
 

@@ -15,12 +15,12 @@ import orjson
 from fastapi import APIRouter, Depends, Query, WebSocket, WebSocketDisconnect
 
 from core.api.app import JSON
-from core.api.deps import get_engine
+from core.api.deps import Route, get_engine
 from core.engine import Engine
 from core.errors import InvalidInput
 from core.store.base import EventFilter
 
-router = APIRouter(tags=["events"])
+router = APIRouter(tags=["events"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
 CATCH_UP_PAGE = 1000
 

@@ -7,14 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from core.api.app import JSON
-from core.api.deps import get_engine, parse_time
-from core.api.schemas import JobBatch, JobCreate, PriorityChange
+from core.api.deps import Route, get_engine, parse_time
+from core.api.schemas import JobBatch, JobCreate, PriorityChange, specs_of
 from core.engine import Engine
 from core.errors import InvalidInput
 from core.model import ALL_STATES, job_to_dict
 from core.store.base import EventFilter, JobFilter
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
@@ -28,7 +28,7 @@ async def create_job(body: JobCreate, engine: EngineDep) -> JSON:
 @router.post("/jobs/batch", status_code=201, summary="Submit up to 10,000 jobs at once")
 async def create_jobs(body: JobBatch, engine: EngineDep) -> dict[str, Any]:
     """All are stored in one transaction, or none (a bad job is named by its index)."""
-    out = await engine.submit([j.to_spec() for j in body.jobs])
+    out = await engine.submit(specs_of(body.jobs))
     return {"ids": [j.id for j, _ in out], "created": sum(1 for _, c in out if c)}
 
 

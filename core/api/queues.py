@@ -6,11 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 
-from core.api.deps import get_engine
+from core.api.deps import Route, get_engine
 from core.api.schemas import ConcurrencyChange
 from core.engine import Engine
 
-router = APIRouter(prefix="/v1", tags=["queues"])
+router = APIRouter(prefix="/v1", tags=["queues"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 

@@ -6,14 +6,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from core.api.deps import get_engine
+from core.api.deps import Route, get_engine
 from core.api.schemas import ScheduleCreate, ScheduleFields, ScheduleUpdate, _epoch
 from core.engine import Engine
 from core.errors import InvalidSchedule
 from core.model import job_to_dict
 from core.schedule import Schedule, preview, schedule_to_dict
 
-router = APIRouter(prefix="/v1", tags=["schedules"])
+router = APIRouter(prefix="/v1", tags=["schedules"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 

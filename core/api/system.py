@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 
-from core.api.deps import get_engine
+from core.api.deps import Route, get_engine
 from core.engine import Engine
 
-router = APIRouter(tags=["system"])
+router = APIRouter(tags=["system"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 

@@ -1,0 +1,203 @@
+"""`python -m bench`: flags, the run, and the printed figures."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.context import RunContext, Scale
+from bench.latency import due_later, due_now
+from bench.report import (
+    BATCH_SUBMIT_FLOOR,
+    E2E_FLOOR,
+    PICKUP_P99_FLOOR,
+    Figure,
+    load_average,
+    machine_facts,
+    render_facts,
+    render_table,
+)
+from bench.server import BenchError, ServerOptions, ServerReport
+from bench.submit import batch_submit, single_submit
+from bench.throughput import resumed, streamed
+from core.errors import JobDeckError
+
+# A case starts its own server(s) and returns its figures; a benchmark is a few cases. A case
+# that fails is reported in the table and the next one still runs.
+Case = Callable[[RunContext], Awaitable[list[Figure]]]
+BENCHMARKS: dict[str, tuple[str, tuple[Case, ...]]] = {
+    "batch": ("batch submit over HTTP, with the raw SQLite baseline", (batch_submit,)),
+    "single": ("single submit over HTTP, sequential and concurrent, with GET /healthz", (single_submit,)),
+    "e2e": ("end-to-end no-op throughput with the local agent", (streamed, resumed)),
+    "pickup": ("pick-up latency at a steady submit rate", (due_now, due_later)),
+}
+LOG_LINES_SHOWN = 8
+# What a benchmark may fail with when the server misbehaves: reported, and the next one runs.
+EXPECTED_FAILURES = (BenchError, JobDeckError, httpx.HTTPError, OSError, TimeoutError)
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    """The first real error inside (possibly nested) exception groups from a TaskGroup."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _names(values: Sequence[str] | None) -> list[str]:
+    if not values:
+        return list(BENCHMARKS)
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHMARKS)}")
+    return list(dict.fromkeys(names))
+
+
+def _batch_size(text: str) -> int:
+    n = int(text)
+    if not 1 <= n <= 10_000:
+        raise argparse.ArgumentTypeError("a batch holds 1..10000 jobs (the API's limit)")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = Scale()
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Start real JobDeck servers and print how fast they go. Figures, not a test.",
+        epilog="benchmarks: " + "; ".join(f"{k}: {title}" for k, (title, _) in BENCHMARKS.items()),
+    )
+    p.add_argument("--only", action="append", metavar="NAME[,NAME]", help=f"run only these ({', '.join(BENCHMARKS)})")
+    p.add_argument("--quick", action="store_true", help="a short smoke run of each benchmark (flags below still apply)")
+    g = p.add_argument_group("scale (defaults keep a whole run under ~3 minutes)")
+    g.add_argument("--jobs", type=int, dest="e2e_jobs", help=f"jobs of each e2e run (default {d.e2e_jobs:,})")
+    g.add_argument("--slots", type=int, dest="e2e_slots", help=f"local agent slots in e2e (default {d.e2e_slots})")
+    g.add_argument("--batch-size", type=_batch_size, help=f"jobs per batch call (default {d.batch_size:,})")
+    g.add_argument("--batches", type=int, help=f"timed batch calls (default {d.batches})")
+    g.add_argument("--seconds", type=float, dest="single_seconds",
+                   help=f"seconds of each single-submit measurement (default {d.single_seconds})")  # fmt: skip
+    g.add_argument("--concurrency", type=int, help=f"concurrent single-submit clients (default {d.concurrency})")
+    g.add_argument(
+        "--rate", type=float, dest="pickup_rate", help=f"pick-up submit rate, jobs/s (default {d.pickup_rate:.0f})"
+    )
+    g.add_argument("--pickup-seconds", type=float, help=f"seconds of each pick-up run (default {d.pickup_seconds:.0f})")
+    g.add_argument(
+        "--lead",
+        type=float,
+        dest="pickup_lead",
+        help=f"run_at lead of the 2nd pick-up run, s (default {d.pickup_lead})",
+    )
+    g = p.add_argument_group("output")
+    g.add_argument("--profile", type=Path, metavar="DIR",
+                   help="record every server with py-spy into DIR and print its hot spots (pip install py-spy)")  # fmt: skip
+    g.add_argument("--keep", action="store_true", help="keep the servers' data dirs and logs (kept anyway on errors)")
+    g.add_argument("--tmp", type=Path, help="where the data dirs go (default: the system temp dir)")
+    g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def build_scale(args: argparse.Namespace) -> Scale:
+    scale = Scale().quick() if args.quick else Scale()
+    given = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(Scale) if getattr(args, f.name, None) is not None
+    }
+    return dataclasses.replace(scale, **given)
+
+
+async def run(ctx: RunContext, names: Sequence[str]) -> tuple[list[Figure], list[str]]:
+    """Run the benchmarks in turn; one that fails is reported and the others still run."""
+    figures: list[Figure] = []
+    errors: list[str] = []
+    for name in names:
+        title, cases = BENCHMARKS[name]
+        print(f"[{name}] {title}", file=sys.stderr, flush=True)
+        t = time.perf_counter()
+        for case in cases:
+            try:
+                figures += await case(ctx)
+            except Exception as exc:
+                cause = _first_cause(exc)
+                if not isinstance(cause, EXPECTED_FAILURES):
+                    raise  # a bug in the benchmark itself: let its traceback show
+                message = getattr(cause, "message", None) or str(cause) or type(cause).__name__
+                errors.append(f"{name}/{case.__name__}: {message}")
+                figures.append(Figure(name, f"{case.__name__}: did not finish", None, "", note=message[:300]))
+        ctx.progress(f"done in {time.perf_counter() - t:.0f} s")
+    return figures, errors
+
+
+def _server_section(reports: Sequence[ServerReport]) -> list[str]:
+    out = []
+    for r in reports:
+        where = f"  (kept: {r.data_dir})" if r.kept else ""
+        status = "" if r.exit_code in (0, None) else f", exit code {r.exit_code}"
+        if r.issues or status:
+            out.append(f"server {r.name!r}: {len(r.issues)} warning/error line(s) in its log{status}{where}")
+            out += [f"    {line[:220]}" for line in r.issues[:LOG_LINES_SHOWN]]
+            if len(r.issues) > LOG_LINES_SHOWN:
+                out.append(f"    ... {len(r.issues) - LOG_LINES_SHOWN} more in {r.log_path}")
+        elif r.kept:
+            out.append(f"server {r.name!r}: clean log{where}")
+    return out or ["every server log was clean (no WARNING / ERROR / Traceback lines) and every server exited 0"]
+
+
+def _run_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+    # The client runs on uvloop when it can (as `jobdeck` does): less client CPU per request.
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        names = _names(args.only)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    scale = build_scale(args)
+    if args.tmp is not None:
+        args.tmp.mkdir(parents=True, exist_ok=True)
+    tmp_root = Path(tempfile.mkdtemp(prefix="jobdeck-bench-", dir=args.tmp))
+    options = ServerOptions(tmp_root, keep=args.keep, profile_dir=args.profile)
+    ctx = RunContext(scale, options, log_progress=not args.quiet)
+    facts = machine_facts(tmp_root)
+    started = time.perf_counter()
+    try:
+        figures, errors = _run_loop(run(ctx, names))
+    except KeyboardInterrupt:
+        print("interrupted; servers were stopped", file=sys.stderr)
+        return 130
+    finally:
+        if not any(r.kept for r in options.reports):
+            shutil.rmtree(tmp_root, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    facts.append(("load after", load_average()))
+    floors = (f"batch submit {BATCH_SUBMIT_FLOOR} jobs/s; e2e no-op {E2E_FLOOR} jobs/s; "
+              f"pick-up p99 {PICKUP_P99_FLOOR} ms at 200 jobs/s")  # fmt: skip
+    lines = [
+        "",
+        render_facts("JobDeck benchmarks", [*facts, ("floors", floors), ("run", f"{elapsed:.0f} s, {scale}")]),
+        "",
+        render_table(figures),
+        "",
+        *_server_section(options.reports),
+    ]
+    for r in options.reports:
+        if r.profile:
+            lines += ["", f"py-spy hot spots of server {r.name!r}:", r.profile]
+    print("\n".join(lines), flush=True)
+    return 1 if errors else 0

@@ -1,0 +1,54 @@
+"""The scale of a run and what every benchmark shares: how to start a server, the client to use."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+from bench.server import Server, ServerOptions, jobdeck_server
+from bench.workload import BenchClient
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much work each benchmark does. The defaults keep a whole run under ~3 minutes."""
+
+    batch_size: int = 10_000  # jobs per POST /v1/jobs/batch (the API's maximum)
+    batches: int = 5  # timed batch calls, after one untimed warm-up call
+    single_seconds: float = 4.0  # per single-submit / healthz measurement
+    concurrency: int = 16  # concurrent clients of the second single-submit measurement
+    e2e_jobs: int = 50_000
+    e2e_slots: int = 512
+    pickup_rate: float = 200.0  # jobs per second
+    pickup_seconds: float = 15.0
+    pickup_lead: float = 0.3  # run_at this far in the future, in the second pick-up run
+    pickup_slots: int = 64
+    poll_seconds: float = 0.5  # how often completion is polled
+    stall_seconds: float = 30.0  # no progress for this long: the jobs are reported stuck
+
+    def quick(self) -> Scale:
+        """A smoke run: every benchmark, a few seconds each."""
+        return replace(self, batches=2, single_seconds=1.0, e2e_jobs=5_000, pickup_seconds=3.0)
+
+
+@dataclass
+class RunContext:
+    """One run: its scale, and how its servers are started (their reports are kept for the end)."""
+
+    scale: Scale
+    servers: ServerOptions
+    log_progress: bool = True
+
+    def progress(self, message: str) -> None:
+        """A progress line on stderr (the figures go to stdout)."""
+        if self.log_progress:
+            print(f"  {message}", file=sys.stderr, flush=True)
+
+    @contextlib.asynccontextmanager
+    async def server(self, name: str, slots: int) -> AsyncIterator[tuple[Server, BenchClient]]:
+        """A fresh server with `slots` local agent slots, and a client connected to it."""
+        async with jobdeck_server(name, slots, self.servers) as srv, BenchClient(srv.url) as client:
+            self.progress(f"server {name!r} up at {srv.url} (pid {srv.pid}, {slots} slots)")
+            yield srv, client

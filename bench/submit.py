@@ -1,0 +1,72 @@
+"""Benchmarks 1 and 2: how fast jobs go in over HTTP, in batches and one at a time.
+
+Both run a server with no local agent (`--slots 0`), so nothing is dispatched or run and the
+figures are the submit path alone.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from bench.baseline import sqlite_insert_rate
+from bench.context import RunContext
+from bench.rawhttp import build_request, request_rate
+from bench.report import BATCH_SUBMIT_FLOOR, Figure, percentile
+from bench.server import CpuMeter
+from bench.workload import noop_job, submit_in_batches
+
+QUEUE = "bench"
+
+
+async def batch_submit(ctx: RunContext) -> list[Figure]:
+    """POST /v1/jobs/batch, full batches one after another; then SQLite alone on the same rows."""
+    s = ctx.scale
+    batch = [noop_job(QUEUE)] * s.batch_size
+    async with ctx.server("batch-submit", slots=0) as (srv, client):
+        # One untimed call first: imports, pydantic's schema, SQLite's page cache.
+        await submit_in_batches(client, batch, s.batch_size)
+        meter = CpuMeter(srv)
+        calls = await submit_in_batches(client, batch * s.batches, s.batch_size)
+        cpu = meter.stop()
+    total = s.batch_size * s.batches
+    http_rate = total / sum(calls)
+    ctx.progress(f"{total:,} jobs over HTTP at {http_rate:,.0f} jobs/s; now SQLite alone on {total:,} rows")
+    plain = sqlite_insert_rate(ctx.servers.tmp_root, total, s.batch_size, jobdeck_schema=False)
+    schema = sqlite_insert_rate(ctx.servers.tmp_root, total, s.batch_size, jobdeck_schema=True)
+    per_call = f"{s.batches} calls of {s.batch_size:,}: {min(calls) * 1000:.0f}..{max(calls) * 1000:.0f} ms each"
+    name = "batch submit"
+    return [
+        Figure(name, "POST /v1/jobs/batch", http_rate, "jobs/s", BATCH_SUBMIT_FLOOR, f"{per_call}; {cpu.note()}"),
+        Figure(name, "sqlite executemany, plain table", plain, "rows/s", None,
+               "baseline: same rows, WAL, synchronous=FULL, no index"),
+        Figure(name, "sqlite executemany, JobDeck schema", schema, "rows/s", None,
+               "+ every index of migrations/sqlite + 1 outbox event row per job"),
+        Figure(name, "HTTP / plain sqlite", http_rate / plain, "ratio", None,
+               f"HTTP / JobDeck-schema sqlite = {http_rate / schema:.2f}"),
+    ]  # fmt: skip
+
+
+async def single_submit(ctx: RunContext) -> list[Figure]:
+    """POST /v1/jobs one job per request, sequentially and from concurrent clients; GET /healthz as baseline.
+
+    The loops use `bench.rawhttp` rather than httpx: see there why.
+    """
+    s = ctx.scale
+    requests = [
+        ("POST /v1/jobs", build_request("POST", "/v1/jobs", orjson.dumps(noop_job(QUEUE)))),
+        ("GET /healthz (baseline)", build_request("GET", "/healthz")),
+    ]
+    figures = []
+    async with ctx.server("single-submit", slots=0) as (srv, _):
+        await request_rate(srv.url, requests[0][1], 1, 0.5)  # warm-up, untimed
+        for concurrency in (1, s.concurrency):
+            clients = "1 client" if concurrency == 1 else f"{concurrency} concurrent clients"
+            for label, request in requests:
+                meter = CpuMeter(srv)
+                rate = await request_rate(srv.url, request, concurrency, s.single_seconds)
+                cpu = meter.stop()
+                lat = sorted(rate.latencies)
+                note = (f"{rate.count:,} in {rate.seconds:.1f} s; latency p50 {percentile(lat, 50) * 1000:.1f} ms, "
+                        f"p99 {percentile(lat, 99) * 1000:.1f} ms; {cpu.note()}")  # fmt: skip
+                figures.append(Figure("single submit", f"{label}, {clients}", rate.per_second, "req/s", None, note))
+    return figures

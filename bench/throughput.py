@@ -1,0 +1,78 @@
+"""Benchmark 3: end-to-end throughput of no-op jobs through the local agent.
+
+Two runs, each on a fresh server:
+  streamed      the clock starts at the first submit; jobs run while later batches arrive
+  resumed       every job is stored first in a paused queue; the clock starts at resume:
+                pure execution (claim, assign, run, record), no submits competing
+Both stop the clock at the commit of the last `job.succeeded` event (read back from the
+server), not at the poll that noticed it, so the poll interval does not blur the figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from bench.context import RunContext
+from bench.report import E2E_FLOOR, Figure
+from bench.server import CpuMeter, Server
+from bench.workload import (
+    BenchClient,
+    last_event_time,
+    noop_job,
+    open_paused_queue,
+    submit_in_batches,
+    wait_for_state,
+)
+
+QUEUE = "e2e"
+NAME = "e2e no-op"
+
+
+async def streamed(ctx: RunContext) -> list[Figure]:
+    """Submit in batches while the jobs run; the clock runs from the first submit."""
+    s = ctx.scale
+    jobs = [noop_job(QUEUE)] * s.e2e_jobs
+    async with ctx.server("e2e-streamed", s.e2e_slots) as (srv, client):
+        submitted: list[float] = []
+
+        async def submit() -> None:
+            submitted.extend(await submit_in_batches(client, jobs, s.batch_size))
+
+        rate, note = await _run_until_succeeded(ctx, srv, client, submit)
+    note = f"all submitted after {sum(submitted):.1f} s; {note}"
+    return [Figure(NAME, f"submit -> all succeeded, {s.e2e_jobs:,} jobs", rate, "jobs/s", E2E_FLOOR, note)]
+
+
+async def resumed(ctx: RunContext) -> list[Figure]:
+    """Store every job in a paused queue, then resume it; the clock runs from the resume."""
+    s = ctx.scale
+    async with ctx.server("e2e-resumed", s.e2e_slots) as (srv, client):
+        await open_paused_queue(client, QUEUE)
+        await submit_in_batches(client, [noop_job(QUEUE)] * s.e2e_jobs, s.batch_size)
+        await wait_for_state(client, QUEUE, "queued", s.e2e_jobs, poll=s.poll_seconds, stall=s.stall_seconds)
+        rate, note = await _run_until_succeeded(ctx, srv, client, lambda: client.queue_action(QUEUE, "resume"))
+    return [Figure(NAME, "pre-submitted, resume -> all succeeded", rate, "jobs/s", E2E_FLOOR, note)]
+
+
+async def _run_until_succeeded(
+    ctx: RunContext, srv: Server, client: BenchClient, start: Callable[[], Coroutine[Any, Any, Any]]
+) -> tuple[float, str]:
+    """Start the clock, run `start` while polling, stop at the last success; (jobs/s, a note)."""
+    s = ctx.scale
+    meter = CpuMeter(srv)
+    t0 = time.time()
+    async with asyncio.TaskGroup() as tg:  # if either fails, the other is cancelled
+        tg.create_task(start())
+        tg.create_task(wait_for_state(client, QUEUE, "succeeded", s.e2e_jobs, poll=s.poll_seconds,
+                                      stall=s.stall_seconds))  # fmt: skip
+    seen = time.time()
+    usage = meter.stop()
+    end = await last_event_time(client, QUEUE, "job.succeeded") or seen
+    seconds = end - t0
+    cpu = dataclasses.replace(usage, wall=seconds)  # the CPU after the last success is the poll's, ~0
+    ctx.progress(f"{s.e2e_jobs:,} jobs succeeded in {seconds:.1f} s ({s.e2e_jobs / seconds:,.0f} jobs/s)")
+    return s.e2e_jobs / seconds, f"{seconds:.1f} s, {s.e2e_slots} slots; {cpu.note()}"
