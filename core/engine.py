@@ -32,7 +32,6 @@ from core.model import (
     decide_lease_expired,
     decide_pause,
     decide_priority,
-    decide_promote,
     decide_resume,
     decide_retry,
     utcnow,
@@ -45,6 +44,7 @@ log = logging.getLogger("jobdeck.engine")
 
 SAFETY_POLL = 1.0  # seconds; loops are woken explicitly, this only bounds a missed wake-up
 PRUNE_EVERY = 600.0
+PROMOTE_BATCH = 1000
 
 
 class Engine:
@@ -330,14 +330,11 @@ class Engine:
 
     async def _promote_loop(self) -> None:
         while True:
-            now = self.clock()
-            ids = await self.store.due_job_ids(now, 1000)
-            if ids:
-                await self._change_many(ids, self._now_decision(decide_promote))
+            promoted, nxt = await self.store.promote_due_jobs(self.clock(), PROMOTE_BATCH)
+            if promoted:
                 self._wake_dispatch.set()
-                if len(ids) == 1000:
+                if promoted == PROMOTE_BATCH:
                     continue
-            nxt = await self.store.next_due_at()
             self._next_promote_at = nxt if nxt is not None else float("inf")
             delay = SAFETY_POLL if nxt is None else min(SAFETY_POLL, max(0.0, nxt - self.clock()))
             await self._wait(self._wake_promote, delay)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import orjson
 
 from core.errors import JobDeckError, NotFound, Unavailable
-from core.model import Change, Job, Policy, decide_claim, job_summary, utcnow
+from core.model import Change, Job, Policy, decide_claim, decide_promote, job_summary, utcnow
 from core.schedule import Schedule, schedule_to_dict
 from core.store._sqlite_writer import OnCommit, Tx, Writer, connect
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter
@@ -358,15 +358,22 @@ class SQLiteStore:
 
         await self._write(op)
 
-    async def due_job_ids(self, now: float, limit: int) -> list[int]:
-        """Scheduled or failed jobs whose run_at has come."""
-        sql = "SELECT id FROM jobs WHERE state IN ('scheduled', 'failed') AND run_at <= ? ORDER BY run_at LIMIT ?"
-        return await self._read(lambda c: [r[0] for r in c.execute(sql, (now, limit))])
+    async def promote_due_jobs(self, now: float, limit: int) -> tuple[int, float | None]:
+        """Queue up to `limit` scheduled or failed jobs whose run_at has come; return how many,
+        and the earliest run_at still waiting (one transaction: the promoter's timer needs both)."""
 
-    async def next_due_at(self) -> float | None:
-        """The earliest run_at of a scheduled or failed job."""
-        sql = "SELECT min(run_at) FROM jobs WHERE state IN ('scheduled', 'failed')"
-        return await self._read(lambda c: c.execute(sql).fetchone()[0])
+        def op(tx: Tx) -> tuple[int, float | None]:
+            c = tx.conn
+            due = "SELECT id FROM jobs WHERE state IN ('scheduled', 'failed') AND run_at <= ? ORDER BY run_at LIMIT ?"
+            ids = [r[0] for r in c.execute(due, (now, limit))]
+            applier = _Applier(tx)
+            for job in _load_jobs(c, ids).values():
+                applier.apply(job, decide_promote(job, now, self.policy))
+            applier.flush()
+            nxt = c.execute("SELECT min(run_at) FROM jobs WHERE state IN ('scheduled', 'failed')").fetchone()[0]
+            return len(ids), nxt
+
+        return await self._write(op)
 
     async def expired_lease_ids(self, now: float, limit: int) -> list[int]:
         """Running jobs whose lease ran out."""
