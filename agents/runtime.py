@@ -1,6 +1,8 @@
 """The agent runtime: takes assignments over a channel, runs them in slots, reports results.
 
 The same runtime serves `jobdeck up` (an in-process channel) and remote agents (a WebSocket).
+Its jobs outlive a connection: when the link to the core drops, running jobs go on, results
+wait, and on reconnect the agent registers again with the jobs it still runs.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import logging
 import os
 import socket
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +26,7 @@ from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed, Message
 log = logging.getLogger("jobdeck.agent")
 
 VERSION = "0.1.0"
+OUTPUT_FLUSH_SECONDS = 0.2
 
 
 @dataclass
@@ -37,6 +42,10 @@ class AgentConfig:
     output_tail_bytes: int = 64 * 1024
 
 
+class AgentRefused(Exception):
+    """The core will not take this agent (bad protocol version, name in use, bad token)."""
+
+
 def _jsonable(value: Any) -> Any:
     try:
         orjson.dumps(value)
@@ -48,61 +57,106 @@ def _jsonable(value: Any) -> Any:
 class AgentRuntime:
     """Runs the jobs a core node assigns, each in a slot, and reports them in batches."""
 
-    def __init__(self, channel: Channel, config: AgentConfig) -> None:
-        self.channel = channel
+    def __init__(self, config: AgentConfig) -> None:
         self.config = config
+        self.instance = uuid.uuid4().hex  # tells a reconnect of this process from a namesake
         self.tasks: dict[int, tuple[int, asyncio.Task[None]]] = {}  # job id -> (attempt, task)
         self._cancelled: set[tuple[int, int]] = set()
         self._results: list[Message] = []
         self._results_ready = asyncio.Event()
+        self._output: dict[tuple[int, int], list[bytes]] = {}
         self._stopping = False
         self._flushed = asyncio.Event()
+        self._channel: Channel | None = None
+        self._beat = config.heartbeat_seconds
 
-    async def run(self) -> None:
-        """Register, then serve assignments until the channel closes."""
+    # ------------------------------------------------------------ connections
+
+    async def run_forever(self, connect: Callable[[], Awaitable[Channel]]) -> None:
+        """Stay connected: reconnect with backoff whenever the link drops, until shut down."""
+        delay = 0.2
+        while not self._stopping:
+            try:
+                channel = await connect()
+            except AgentRefused:
+                raise
+            except (OSError, ChannelClosed, TimeoutError) as exc:
+                log.warning("cannot reach the core (%s); retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            delay = 0.2
+            await self.serve(channel)
+            if not self._stopping:
+                log.warning("lost the connection to the core; %d jobs keep running; reconnecting", len(self.tasks))
+
+    async def serve(self, channel: Channel) -> None:
+        """One connection's life: register, then take assignments until the channel closes."""
         c = self.config
-        await self.channel.send(
+        await channel.send(
             {
                 "type": "register",
                 "protocol": PROTOCOL_VERSION,
                 "name": c.name,
+                "instance": self.instance,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "version": VERSION,
                 "queues": list(c.queues),
                 "slots": c.slots,
                 "labels": c.labels,
-                "running": [[j, a] for j, (a, _) in self.tasks.items()],
+                "running": self.running_pairs(),
             }
         )
-        helpers = [asyncio.create_task(self._send_results()), asyncio.create_task(self._heartbeat())]
+        first = await channel.recv()
+        if first.get("type") == "error":
+            await channel.close()
+            raise AgentRefused(str(first.get("message")))
+        self._channel = channel
+        # Beat at least three times a lease, whatever we were configured with.
+        lease = float(first.get("lease_seconds") or 0) or 3 * self.config.heartbeat_seconds
+        self._beat = min(self.config.heartbeat_seconds, lease / 3)
+        if self._stopping:
+            await channel.send({"type": "draining"})
+        helpers = [
+            asyncio.create_task(loop(channel)) for loop in (self._send_results, self._heartbeat, self._send_output)
+        ]
+        self._results_ready.set()  # results that waited for this connection
         try:
             while True:
-                msg = await self.channel.recv()
+                msg = await channel.recv()
                 kind = msg.get("type")
                 if kind == "assign":
                     if self._stopping:  # raced with our "draining": give them back unstarted
-                        await self.channel.send(
-                            {"type": "hand_back", "jobs": [[a["job_id"], a["attempt"]] for a in msg["jobs"]]}
-                        )
+                        back = [[a["job_id"], a["attempt"]] for a in msg["jobs"]]
+                        await channel.send({"type": "hand_back", "jobs": back})
                         continue
                     for a in msg["jobs"]:
                         self._start(a)
                 elif kind == "cancel":
                     self._cancel(int(msg["job_id"]), int(msg["attempt"]))
-                elif kind == "welcome":
-                    pass
-                elif kind == "error":
-                    log.error("the core refused this agent: %s", msg.get("message"))
-                    return
+                elif kind == "drain":
+                    log.info("the core asked this agent to drain: no new work")
+                    self._stopping = True
+                    await channel.send({"type": "draining"})
         except ChannelClosed:
             pass
         finally:
+            self._channel = None
             for t in helpers:
                 t.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+
+    def running_pairs(self) -> list[list[int]]:
+        """[job id, attempt] of every job running here."""
+        return [[j, a] for j, (a, _) in self.tasks.items()]
+
+    # ------------------------------------------------------------ jobs
 
     def _start(self, a: Message) -> None:
         job_id, attempt = int(a["job_id"]), int(a["attempt"])
+        if job_id in self.tasks:  # the core re-sent an assignment we already run
+            return
         task = asyncio.create_task(self._run_one(a), name=f"job-{job_id}")
         self.tasks[job_id] = (attempt, task)
 
@@ -115,27 +169,35 @@ class AgentRuntime:
     async def _run_one(self, a: Message) -> None:
         job_id, attempt = int(a["job_id"]), int(a["attempt"])
         task: dict[str, Any] = a["task"]
-        ctx = RunContext(job_id, attempt, self.config.output_tail_bytes, self.config.kill_grace_seconds)
-        started = time.time()
-        report: Message = {"job_id": job_id, "attempt": attempt, "started_at": started}
+        key = (job_id, attempt)
+
+        def stream(chunk: bytes) -> None:
+            self._output.setdefault(key, []).append(chunk)
+
+        ctx = RunContext(job_id, attempt, self.config.output_tail_bytes, self.config.kill_grace_seconds, stream)
+        report: Message = {"job_id": job_id, "attempt": attempt, "started_at": time.time()}
         handler = HANDLERS.get(task.get("kind", ""))
         try:
             if handler is None:
-                report.update(outcome="failed", error=f"this agent has no handler for task kind {task.get('kind')!r}")
+                report.update(
+                    outcome="failed",
+                    retryable=False,
+                    error=f"this agent has no handler for task kind {task.get('kind')!r}",
+                )
             else:
-                timeout = a.get("timeout")
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(a.get("timeout")):
                     outcome = await handler(task, ctx)
                 report.update(
                     outcome="succeeded" if outcome.ok else "failed",
                     error=outcome.error,
                     exit_code=outcome.exit_code,
                     result=_jsonable(outcome.result),
+                    retryable=outcome.retryable,
                 )
         except TimeoutError:
             report.update(outcome="timeout", error=f"timed out after {a.get('timeout')} s")
         except asyncio.CancelledError:
-            if (job_id, attempt) in self._cancelled:
+            if key in self._cancelled:
                 report.update(outcome="cancelled", error="cancelled by request")
             elif self._stopping:
                 report.update(outcome="failed", error="the agent shut down during the run")
@@ -145,7 +207,7 @@ class AgentRuntime:
             log.exception("handler crashed on job %s", job_id)
             report.update(outcome="failed", error=f"{type(exc).__name__}: {exc}")
         finally:
-            self._cancelled.discard((job_id, attempt))
+            self._cancelled.discard(key)
             if self.tasks.get(job_id, (None,))[0] == attempt:
                 del self.tasks[job_id]
         report["output"] = ctx.output
@@ -153,39 +215,62 @@ class AgentRuntime:
         self._results.append(report)
         self._results_ready.set()
 
-    async def _send_results(self) -> None:
+    # ------------------------------------------------------------ messages to the core
+
+    async def _send_results(self, channel: Channel) -> None:
         # Natural batching: whatever finished while the last batch was being sent goes in the next.
+        # A batch that cannot be sent waits for the next connection.
         while True:
             await self._results_ready.wait()
             self._results_ready.clear()
             batch, self._results = self._results, []
             if batch:
-                await self.channel.send({"type": "result", "results": batch})
+                try:
+                    await channel.send({"type": "result", "results": batch})
+                except (ChannelClosed, ConnectionError, OSError):
+                    self._results[:0] = batch
+                    return
             if not self._results:
                 self._flushed.set()
 
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self, channel: Channel) -> None:
         while True:
-            await asyncio.sleep(self.config.heartbeat_seconds)
-            with contextlib.suppress(ChannelClosed):
-                await self.channel.send({"type": "heartbeat", "running": [[j, a] for j, (a, _) in self.tasks.items()]})
+            await asyncio.sleep(self._beat)
+            with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
+                await channel.send({"type": "heartbeat", "running": self.running_pairs()})
+
+    async def _send_output(self, channel: Channel) -> None:
+        """Stream what running jobs print, a few times a second, in one message."""
+        while True:
+            await asyncio.sleep(OUTPUT_FLUSH_SECONDS)
+            if not self._output:
+                continue
+            pending, self._output = self._output, {}
+            chunks = [[j, a, b"".join(parts).decode("utf-8", "replace")] for (j, a), parts in pending.items()]
+            with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
+                await channel.send({"type": "output", "chunks": chunks})
+
+    # ------------------------------------------------------------ stopping
 
     async def shutdown(self, grace: float) -> None:
         """Stop taking work, let running jobs finish for up to `grace` seconds, then stop the
         rest (reported as failed attempts, so they are retried) and send every result."""
         self._stopping = True
-        with contextlib.suppress(ChannelClosed):
-            await self.channel.send({"type": "draining"})
+        channel = self._channel
+        if channel is not None:
+            with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
+                await channel.send({"type": "draining"})
         running = [t for _, t in self.tasks.values()]
         if running:
             _, late = await asyncio.wait(running, timeout=grace)
             for t in late:
                 t.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        if self._results:
+        if self._results and self._channel is not None:
             self._flushed.clear()
             self._results_ready.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._flushed.wait(), 5.0)
-        with contextlib.suppress(ChannelClosed):
-            await self.channel.close()
+        if self._channel is not None:
+            with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
+                await self._channel.close()

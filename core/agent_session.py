@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from core.model import Job
-from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed, Message
+from core.protocol import Channel, ChannelClosed, Message
 
 if TYPE_CHECKING:
     from core.engine import Engine
@@ -36,7 +36,7 @@ class AgentSession:
         self.engine = engine
         self.channel = channel
         self.name = str(hello["name"])
-        self.id = self.name
+        self.instance = str(hello.get("instance", ""))
         self.host = str(hello.get("host", ""))
         self.pid = hello.get("pid")
         self.version = str(hello.get("version", ""))
@@ -81,19 +81,19 @@ class AgentSession:
 
     async def serve(self) -> None:
         """Handle the agent's messages until it disconnects."""
-        await self.channel.send(
-            {"type": "welcome", "protocol": PROTOCOL_VERSION, "lease_seconds": self.engine.policy.lease_seconds}
-        )
         try:
             while True:
                 msg = await self.channel.recv()
+                self.last_heartbeat = time.time()  # any message shows the agent is alive
                 kind = msg.get("type")
                 if kind == "result":
                     await self.engine.finish_attempts(self, msg["results"])
                 elif kind == "heartbeat":
                     self.last_heartbeat = time.time()
-                    await self.engine.extend_leases(self, [(int(j), int(a)) for j, a in msg.get("running", [])])
-                elif kind == "draining":
+                    await self.engine.heartbeat(self, [(int(j), int(a)) for j, a in msg.get("running", [])])
+                elif kind == "output":
+                    self.engine.record_output(self, msg["chunks"])
+                elif kind == "draining" or kind == "draining":
                     self.draining = True
                 elif kind == "hand_back":
                     await self.engine.hand_back(self, msg["jobs"])

@@ -342,9 +342,9 @@ def attach_local_agent(node: Node, name: str | None = None) -> None:
         kill_grace_seconds=settings.kill_grace_seconds,
         output_tail_bytes=settings.output_tail_bytes,
     )
-    runtime = AgentRuntime(agent_end, config)
+    runtime = AgentRuntime(config)
     node.spawn(node.engine.attach_agent(core_end), "local-agent-session")
-    node.spawn(runtime.run(), "local-agent")
+    node.spawn(runtime.serve(agent_end), "local-agent")
     node.on_stop(lambda: runtime.shutdown(settings.shutdown_grace_seconds))
 
 

@@ -5,17 +5,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, ParamSpec, Protocol
 
 import httpx
 import orjson
 import websockets
 
 from core.errors import JobDeckError, Unavailable, error_from_dict
+from core.protocol import ChannelClosed, Message
+
+P = ParamSpec("P")
+
+
+class Enqueueable(Protocol[P]):
+    """Anything that can describe a job from call arguments (an `agents.sdk.Task`)."""
+
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]: ...
+
 
 DEFAULT_SERVER = "http://127.0.0.1:8640"
 
 Json = dict[str, Any]
+
+
+class WebSocketChannel:
+    """An agent's end of its WebSocket to a core node, as a protocol Channel."""
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+
+    async def send(self, msg: Message) -> None:
+        try:
+            await self._ws.send(orjson.dumps(msg))
+        except websockets.ConnectionClosed as exc:
+            raise ChannelClosed(str(exc)) from None
+
+    async def recv(self) -> Message:
+        try:
+            data = await self._ws.recv()
+        except websockets.ConnectionClosed as exc:
+            raise ChannelClosed(str(exc)) from None
+        msg: Message = orjson.loads(data)
+        return msg
+
+    async def close(self) -> None:
+        await self._ws.close()
 
 
 class JobDeckClient:
@@ -149,6 +183,25 @@ class JobDeckClient:
 
     async def health(self) -> Json:
         return await self._call("GET", "/healthz")  # type: ignore[no-any-return]
+
+    async def agent_channel(self) -> WebSocketChannel:
+        """Open the agent protocol's WebSocket (`/v1/agents`) to this node."""
+        url = self.server.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/v1/agents"
+        headers = {"authorization": f"Bearer {self._token}"} if self._token else None
+        ws = await websockets.connect(url, max_size=2**25, open_timeout=10, additional_headers=headers)
+        return WebSocketChannel(ws)
+
+    async def drain_agent(self, name: str) -> Json:
+        """Ask an agent to take no new work (it finishes what it runs)."""
+        return await self._call("POST", f"/v1/agents/{name}/drain")  # type: ignore[no-any-return]
+
+    async def output(self, job_id: int) -> Json:
+        """The output tail of a job's latest attempt (live while it runs)."""
+        return await self._call("GET", f"/v1/jobs/{job_id}/output")  # type: ignore[no-any-return]
+
+    async def enqueue(self, task: Enqueueable[P], *args: P.args, **kwargs: P.kwargs) -> Json:
+        """Submit a task declared with `agents.sdk.task`, checked against its signature."""
+        return await self.submit(task.spec(*args, **kwargs))
 
     # -- the live feed
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,9 +37,9 @@ from core.model import (
     decide_retry,
     utcnow,
 )
-from core.protocol import Channel, ChannelClosed
+from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed
 from core.schedule import Schedule, next_fire_times
-from core.store.base import ClaimRequest, Decide, Store
+from core.store.base import ClaimRequest, Decide, Store, ephemeral_event
 
 log = logging.getLogger("jobdeck.engine")
 
@@ -57,6 +58,7 @@ class Engine:
         self.clock = clock
         self.policy = Policy(settings.aging_seconds_per_priority, settings.lease_seconds)
         self.sessions: dict[str, AgentSession] = {}
+        self.live_output: dict[tuple[int, int], str] = {}  # (job, attempt) -> tail of a running job
         self._queue_settings: dict[str, tuple[bool, int | None]] = {}
         self._wake_dispatch = asyncio.Event()
         self._wake_promote = asyncio.Event()
@@ -231,25 +233,68 @@ class Engine:
     # ------------------------------------------------------------ agents
 
     async def attach_agent(self, channel: Channel) -> None:
-        """Serve one agent on `channel` until it disconnects (register first)."""
+        """Serve one agent on `channel` until it disconnects: check its registration, take back
+        the jobs it still runs (stopping any whose lease was lost meanwhile), then serve it."""
         hello = await channel.recv()
-        if hello.get("type") != "register":
-            await channel.send({"type": "error", "message": "the first message must be register"})
+        problem = self._registration_problem(hello)
+        if problem is None and hello["name"] in self.sessions:
+            old = self.sessions[hello["name"]]
+            if old.instance == hello.get("instance"):
+                await old.channel.close()  # the same process reconnected before we saw it leave
+                self.sessions.pop(old.name, None)
+            else:
+                problem = (
+                    f"an agent named {old.name!r} is connected already (from {old.host}, pid {old.pid}); use --name"
+                )
+        if problem is not None:
+            log.warning("refused an agent: %s", problem)
+            with contextlib.suppress(ChannelClosed, ConnectionError):
+                await channel.send({"type": "error", "message": problem})
+                await channel.close()
             return
         session = AgentSession(self, channel, hello)
-        if session.name in self.sessions:
-            await channel.send({"type": "error", "message": f"an agent named {session.name!r} is connected already"})
-            return
         self.sessions[session.name] = session
+        await channel.send(
+            {"type": "welcome", "protocol": PROTOCOL_VERSION, "lease_seconds": self.policy.lease_seconds}
+        )
+        await self._adopt(session, [(int(j), int(a)) for j, a in hello.get("running") or []])
         await self.store.record_event("agent.connected", {"agent": session.to_dict()})
         self._wake_dispatch.set()
         try:
             await session.serve()
         finally:
-            self.sessions.pop(session.name, None)
+            if self.sessions.get(session.name) is session:
+                del self.sessions[session.name]
             # Its jobs keep their leases: if it comes back it goes on, if not the reaper takes them.
             with contextlib.suppress(Exception):
                 await self.store.record_event("agent.disconnected", {"agent": session.name})
+
+    def _registration_problem(self, hello: dict[str, Any]) -> str | None:
+        if hello.get("type") != "register" or not hello.get("name"):
+            return "the first message must be a register message with a name"
+        if hello.get("protocol") != PROTOCOL_VERSION:
+            return (
+                f"this agent speaks protocol {hello.get('protocol')} but the core speaks {PROTOCOL_VERSION}: "
+                "run the same JobDeck version on both"
+            )
+        slots = hello.get("slots")
+        if not isinstance(slots, int) or slots < 0:
+            return f"slots must be a whole number >= 0, not {slots!r}"
+        return None
+
+    async def _adopt(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
+        """Keep the runs the agent still has whose leases are still ours; stop the others."""
+        if not running:
+            return
+        stale = await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
+        for job_id, attempt in running:
+            if (job_id, attempt) not in stale:
+                session.running[job_id] = attempt
+        for job_id, attempt in stale:
+            log.warning(
+                "agent %s still runs job %s attempt %s, whose lease it lost: stopping it", session.name, job_id, attempt
+            )
+            await session.cancel(job_id, attempt)
 
     def agents(self) -> list[dict[str, Any]]:
         """Connected agents with their slots and current jobs."""
@@ -262,6 +307,7 @@ class Engine:
             rr = RunResult(**r)
             decisions[rr.job_id] = functools.partial(self._decide_finish, rr)
             session.running.pop(rr.job_id, None)
+            self.live_output.pop((rr.job_id, rr.attempt), None)
         out = await self.store.change_jobs(decisions)
         for _job_id, res in out.items():
             if isinstance(res, JobDeckError):
@@ -273,9 +319,22 @@ class Engine:
     def _decide_finish(self, rr: RunResult, job: Job) -> Any:
         return decide_finish(job, rr, self.clock(), self.policy)
 
-    async def extend_leases(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
-        """A heartbeat: the agent still runs these (job, attempt) pairs."""
-        await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
+    async def heartbeat(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
+        """The agent still runs these (job, attempt) pairs: extend their leases. A run whose lease
+        is no longer this agent's (expired and retried elsewhere, or fenced) is told to stop."""
+        stale = await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
+        for job_id, attempt in stale:
+            session.running.pop(job_id, None)
+            await session.cancel(job_id, attempt)
+
+    def record_output(self, session: AgentSession, chunks: list[list[Any]]) -> None:
+        """Live output of running jobs: kept as a tail per attempt and streamed on the feed."""
+        events = []
+        for job_id, attempt, text in chunks:
+            tail = self.live_output.setdefault((int(job_id), int(attempt)), "") + text
+            self.live_output[(int(job_id), int(attempt))] = tail[-self.settings.output_tail_bytes :]
+            events.append(ephemeral_event("job.output", int(job_id), {"attempt": attempt, "text": text}))
+        self.bus.publish(events)
 
     async def hand_back(self, session: AgentSession, jobs: list[list[int]]) -> None:
         """The agent returns jobs it did not start."""
@@ -314,7 +373,7 @@ class Engine:
         for s in ready:
             if s.free <= 0 or s.name not in self.sessions:
                 continue
-            req = ClaimRequest(s.name, min(s.free, self.settings.claim_batch), s.queues, paused, caps)
+            req = ClaimRequest(s.name, min(s.free, self.settings.claim_batch), s.queues, paused, caps, s.labels)
             jobs = await self.store.claim_jobs(req, self.clock())
             if not jobs:
                 continue
@@ -342,6 +401,7 @@ class Engine:
     async def _reap_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.reap_interval_seconds)
+            await self._drop_silent_agents()
             ids = await self.store.expired_lease_ids(self.clock(), 1000)
             if not ids:
                 continue
@@ -355,6 +415,18 @@ class Engine:
                         s.running.pop(job_id, None)
             self._wake_promote.set()
             self._wake_dispatch.set()
+
+    async def _drop_silent_agents(self) -> None:
+        """An agent that has said nothing for a whole lease is lost: close it (its leases run out)."""
+        cutoff = time.time() - self.policy.lease_seconds
+        for s in list(self.sessions.values()):
+            if s.last_heartbeat < cutoff:
+                log.warning(
+                    "agent %s missed its heartbeats for %.0f s: marking it lost", s.name, self.policy.lease_seconds
+                )
+                self.sessions.pop(s.name, None)
+                with contextlib.suppress(Exception):
+                    await s.channel.close()
 
     async def _schedule_loop(self) -> None:
         while True:

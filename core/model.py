@@ -96,6 +96,22 @@ class Job:
     finished_at: float | None = None
     result: Any = None
     spec_max_attempts: int = 3
+    labels: dict[str, str] = field(default_factory=dict)  # an agent must have all of them
+
+
+def labels_text(labels: dict[str, str]) -> str:
+    """Labels as one sorted string, `k=v,k2=v2` ('' for none): how stores keep them."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def labels_from_text(text: str) -> dict[str, str]:
+    """The inverse of labels_text."""
+    return dict(pair.split("=", 1) for pair in text.split(",")) if text else {}
+
+
+def labels_satisfied(required: dict[str, str], offered: dict[str, str]) -> bool:
+    """True if an agent with `offered` labels may run a job that requires `required`."""
+    return all(offered.get(k) == v for k, v in required.items())
 
 
 @dataclass(slots=True)
@@ -184,6 +200,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "agent": job.agent,
         "lease_expires_at": iso(job.lease_expires_at),
         "cancel_requested": job.cancel_requested,
+        "labels": job.labels,
         "paused_from": job.paused_from,
         "last_error": job.last_error,
         "result": job.result,
@@ -316,6 +333,7 @@ class RunResult:
     result: Any = None
     started_at: float | None = None
     finished_at: float | None = None
+    retryable: bool = True  # False when another attempt cannot help (the agent has no such task)
 
 
 def decide_finish(job: Job, res: RunResult, now: float, policy: Policy, rng: random.Random | None = None) -> Change:
@@ -347,7 +365,7 @@ def decide_finish(job: Job, res: RunResult, now: float, policy: Policy, rng: ran
         change = _move(job, S.SUCCEEDED, "finish", now, last_error=None, **common)
     elif res.outcome == "cancelled" or job.cancel_requested:
         change = _move(job, S.CANCELLED, "finish", now, last_error=res.error or "cancelled", **common)
-    elif job.attempt < job.max_attempts:
+    elif job.attempt < job.max_attempts and res.retryable:
         delay = backoff_delay(job.attempt, job.backoff_base, job.backoff_cap, rng)
         common["finished_at"] = None
         change = _move(job, S.FAILED, "finish", now, last_error=res.error, run_at=now + delay, **common)
@@ -415,6 +433,7 @@ def build_job(spec: dict[str, Any], now: float, policy: Policy) -> Job:
         idempotency_key=spec.get("idempotency_key"),
         schedule_id=spec.get("schedule_id"),
         fire_time=spec.get("fire_time"),
+        labels=dict(spec.get("labels") or {}),
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.handlers.base import Outcome, RunContext
+from agents.sdk import registered
 
 _cache: dict[str, Callable[..., Any]] = {}
 
@@ -19,7 +20,7 @@ class TaskNotFound(LookupError):
 
 def resolve(path: str) -> Callable[..., Any]:
     """`package.module:function` or `package.module.function` to the callable."""
-    cached = _cache.get(path)
+    cached = _cache.get(path) or registered(path)
     if cached is not None:
         return cached
     module_name, sep, attr = path.partition(":")
@@ -48,7 +49,7 @@ async def run_python(task: dict[str, Any], ctx: RunContext) -> Outcome:
     try:
         fn = resolve(task["function"])
     except TaskNotFound as exc:
-        return Outcome(False, str(exc))
+        return Outcome(False, str(exc), retryable=False)
     args, kwargs = task.get("args") or [], task.get("kwargs") or {}
     try:
         if inspect.iscoroutinefunction(fn):

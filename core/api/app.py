@@ -128,7 +128,7 @@ class BodyLimit:
 
 def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
     """The API of one node over `engine`."""
-    from core.api import events, jobs, queues, schedules, system
+    from core.api import agents_ws, events, jobs, queues, schedules, system
 
     app = FastAPI(
         title="JobDeck API",
@@ -155,7 +155,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSON({"error": code, "message": str(exc.detail), "field": None}, status_code=exc.status_code)
 
-    for module in (jobs, queues, schedules, system, events):
+    for module in (jobs, queues, schedules, system, events, agents_ws):
         app.include_router(module.router)
     settings = engine.settings
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, batch_limit=16 * settings.max_body_bytes)

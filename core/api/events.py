@@ -84,12 +84,12 @@ async def events_ws(ws: WebSocket) -> None:
             upto = await store.last_seq()
             while last < upto:
                 page = await store.events_since(last, CATCH_UP_PAGE, flt)
-                page = [e for e in page if e.seq <= upto]
-                for e in page:
+                stored = [(e.seq, e) for e in page if e.seq is not None and e.seq <= upto]
+                for _, e in stored:
                     await ws.send_text(e.body.decode())
-                if len(page) < CATCH_UP_PAGE:
+                if len(page) < CATCH_UP_PAGE or not stored:
                     break
-                last = page[-1].seq
+                last = stored[-1][0]
             last = max(last, upto)
             await ws.send_text(_control("stream.caught_up", last_seq=last))
 
@@ -120,9 +120,10 @@ async def events_ws(ws: WebSocket) -> None:
                     await catch_up()
                     continue
                 for e in events:
-                    if e.seq <= last:
-                        continue
-                    last = e.seq
+                    if e.seq is not None:
+                        if e.seq <= last:
+                            continue
+                        last = e.seq
                     if flt.matches(e.type, e.job_id, e.queue):
                         await ws.send_text(e.body.decode())
         except (WebSocketDisconnect, RuntimeError, ConnectionError):

@@ -12,6 +12,7 @@ from core.model import PRIORITY_MAX, PRIORITY_MIN
 from core.schedule import validate_cron, zone
 
 QUEUE_NAME = r"^[A-Za-z0-9_.:\-]{1,64}$"
+LABEL = r"^[A-Za-z0-9_.:/\-]{1,64}$"
 _DOTTED = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
 
 
@@ -90,6 +91,9 @@ class JobTemplate(_Strict):
     backoff: Backoff = Field(default_factory=Backoff)
     timeout: float | None = Field(None, gt=0, le=30 * 86_400)
     tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=32)
+    labels: dict[Annotated[str, Field(pattern=LABEL)], Annotated[str, Field(pattern=LABEL)]] = Field(
+        default_factory=dict, max_length=16, description="only agents with all these labels run the job"
+    )
 
     def to_spec(self) -> dict[str, Any]:
         """The plain dict the engine builds a job from."""

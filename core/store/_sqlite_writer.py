@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from core.errors import JobDeckError, Unavailable
-from core.model import iso
+from core.model import iso, labels_from_text, labels_satisfied
 from core.store.base import Event
 
 log = logging.getLogger("jobdeck.store")
@@ -159,6 +159,7 @@ class Writer:
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             conn = connect(self._path)
+            conn.create_function("jobdeck_labels_ok", 2, _labels_ok, deterministic=True)
             # Checkpoints run on their own thread (see _checkpoint), not inside our commits.
             conn.execute("PRAGMA wal_autocheckpoint=0")
             self.schema_version = migrate(conn)
@@ -246,6 +247,10 @@ class Writer:
             return next_seq, next_job_id
         self._loop.call_soon_threadsafe(_deliver, outcomes, tx.events, self._on_commit)
         return tx.next_seq, tx.next_job_id
+
+
+def _labels_ok(required: str, offered: str) -> bool:
+    return labels_satisfied(labels_from_text(required), labels_from_text(offered))
 
 
 def _set_result(fut: asyncio.Future[Any], value: Any) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from core.errors import JobDeckError
-from core.model import Change, Job
+from core.model import Change, Job, iso
 from core.schedule import Schedule
 
 #: A decision about one job, applied inside the store's transaction (see core.model.decide_*).
@@ -36,7 +39,10 @@ class EventFilter:
     types: frozenset[str] = frozenset()
 
     def matches(self, type_: str, job_id: int | None, queue: str | None) -> bool:
-        """True if an event with these keys passes the filter."""
+        """True if an event with these keys passes the filter. Live output (`job.output`), which
+        can be plentiful, is sent only to subscribers who name that type."""
+        if type_ == "job.output" and "job.output" not in self.types:
+            return False
         if self.types and not any(type_ == t or (t.endswith("*") and type_.startswith(t[:-1])) for t in self.types):
             return False
         if self.queues and queue not in self.queues:
@@ -46,14 +52,22 @@ class EventFilter:
 
 @dataclass(slots=True)
 class Event:
-    """One committed event. `body` is its JSON as subscribers receive it."""
+    """One committed event (or, with seq None, an ephemeral one such as live output that is
+    streamed but not stored). `body` is its JSON as subscribers receive it."""
 
-    seq: int
+    seq: int | None
     ts: float
     type: str
     job_id: int | None
     queue: str | None
     body: bytes
+
+
+def ephemeral_event(type_: str, job_id: int | None, data: dict[str, Any], queue: str | None = None) -> Event:
+    """An event for live subscribers only: no sequence number, not kept, not replayed."""
+    now = time.time()
+    body = orjson.dumps({"seq": None, "ts": iso(now), "type": type_, "job_id": job_id, "queue": queue, "data": data})
+    return Event(None, now, type_, job_id, queue, body)
 
 
 @dataclass(slots=True)
@@ -65,6 +79,7 @@ class ClaimRequest:
     queues: frozenset[str] | None = None  # None: any queue
     paused: frozenset[str] = frozenset()  # queues not to take from
     caps: dict[str, int] = field(default_factory=dict)  # queue -> how many more may run
+    labels: dict[str, str] = field(default_factory=dict)  # the agent's labels
 
 
 class Store(Protocol):
@@ -80,7 +95,9 @@ class Store(Protocol):
     async def list_attempts(self, job_id: int) -> list[dict[str, Any]]: ...
     async def change_jobs(self, decisions: dict[int, Decide]) -> dict[int, Job | JobDeckError]: ...
     async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]: ...
-    async def extend_leases(self, agent: str, job_attempts: Sequence[tuple[int, int]], until: float) -> None: ...
+    async def extend_leases(
+        self, agent: str, job_attempts: Sequence[tuple[int, int]], until: float
+    ) -> list[tuple[int, int]]: ...
     async def promote_due_jobs(self, now: float, limit: int) -> tuple[int, float | None]: ...
     async def expired_lease_ids(self, now: float, limit: int) -> list[int]: ...
     async def running_counts(self) -> dict[str, int]: ...

@@ -13,7 +13,17 @@ from typing import Any, TypeVar
 import orjson
 
 from core.errors import JobDeckError, NotFound, Unavailable
-from core.model import Change, Job, Policy, decide_claim, decide_promote, job_summary, utcnow
+from core.model import (
+    Change,
+    Job,
+    Policy,
+    decide_claim,
+    decide_promote,
+    job_summary,
+    labels_from_text,
+    labels_text,
+    utcnow,
+)
 from core.schedule import Schedule, schedule_to_dict
 from core.store._sqlite_writer import OnCommit, Tx, Writer, connect
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter
@@ -24,7 +34,7 @@ JOB_COLUMNS = (
     "id", "name", "queue", "state", "priority", "sort_key", "run_at", "created_at", "updated_at", "attempt",
     "max_attempts", "backoff_base", "backoff_cap", "timeout", "task", "tags", "idempotency_key", "schedule_id",
     "fire_time", "agent", "lease_expires_at", "cancel_requested", "paused_from", "last_error", "started_at",
-    "finished_at", "result", "spec_max_attempts",
+    "finished_at", "result", "spec_max_attempts", "labels",
 )  # fmt: skip
 _SELECT_JOB = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
 _INSERT_JOB = f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
@@ -48,10 +58,13 @@ def _job(row: Sequence[Any]) -> Job:
     r[15] = orjson.loads(r[15])
     r[21] = bool(r[21])
     r[26] = _loads(r[26])
+    r[28] = labels_from_text(r[28])
     return Job(*r)
 
 
 def _db_value(name: str, value: Any) -> Any:
+    if name == "labels":
+        return labels_text(value)
     if name in _JSON_FIELDS:
         return None if value is None and name == "result" else orjson.dumps(value).decode()
     if isinstance(value, bool):
@@ -67,7 +80,7 @@ def _job_row(j: Job) -> tuple[Any, ...]:
         j.max_attempts, j.backoff_base, j.backoff_cap, j.timeout, dumps(j.task).decode(), dumps(j.tags).decode(),
         j.idempotency_key, j.schedule_id, j.fire_time, j.agent, j.lease_expires_at, int(j.cancel_requested),
         j.paused_from, j.last_error, j.started_at, j.finished_at,
-        None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts,
+        None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts, labels_text(j.labels),
     )  # fmt: skip
 
 
@@ -322,6 +335,9 @@ class SQLiteStore:
             capped = set(req.caps)
             skip = set(req.paused) | capped
             where, params = ["state = 'queued'"], []
+            # A job that requires labels goes only to an agent that has them all.
+            where.append("(labels = '' OR jobdeck_labels_ok(labels, ?))")
+            params.append(labels_text(req.labels))
             if req.queues is not None:
                 allowed = sorted(req.queues - skip)
                 where.append(f"queue IN ({', '.join('?' * len(allowed))})")
@@ -335,8 +351,11 @@ class SQLiteStore:
                 rows = c.execute(sql, (*params, req.limit)).fetchall()
             for queue, room in req.caps.items():
                 if room > 0 and queue not in req.paused and (req.queues is None or queue in req.queues):
-                    sql = f"{_SELECT_JOB} WHERE state = 'queued' AND queue = ? ORDER BY sort_key, id LIMIT ?"
-                    rows += c.execute(sql, (queue, min(room, req.limit))).fetchall()
+                    sql = (
+                        f"{_SELECT_JOB} WHERE state = 'queued' AND queue = ? "
+                        "AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id LIMIT ?"
+                    )
+                    rows += c.execute(sql, (queue, labels_text(req.labels), min(room, req.limit))).fetchall()
             if req.caps:
                 rows.sort(key=lambda r: (r[5], r[0]))
                 rows = rows[: req.limit]
@@ -347,16 +366,19 @@ class SQLiteStore:
 
         return await self._write(op)
 
-    async def extend_leases(self, agent: str, job_attempts: Sequence[tuple[int, int]], until: float) -> None:
-        """Push the lease of each (job, attempt) the agent still runs to `until`."""
+    async def extend_leases(
+        self, agent: str, job_attempts: Sequence[tuple[int, int]], until: float
+    ) -> list[tuple[int, int]]:
+        """Push the lease of each (job, attempt) the agent still runs to `until`; return the pairs
+        that are not the agent's to run any more (stale fencing token, finished, cancelled)."""
 
-        def op(tx: Tx) -> None:
-            tx.conn.executemany(
-                "UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND attempt = ? AND agent = ? AND state = 'running'",
-                [(until, j, a, agent) for j, a in job_attempts],
+        def op(tx: Tx) -> list[tuple[int, int]]:
+            sql = (
+                "UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND attempt = ? AND agent = ? AND state = 'running'"
             )
+            return [(j, a) for j, a in job_attempts if tx.conn.execute(sql, (until, j, a, agent)).rowcount == 0]
 
-        await self._write(op)
+        return await self._write(op)
 
     async def promote_due_jobs(self, now: float, limit: int) -> tuple[int, float | None]:
         """Queue up to `limit` scheduled or failed jobs whose run_at has come; return how many,

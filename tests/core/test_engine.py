@@ -12,7 +12,7 @@ import pytest
 
 from agents.runtime import AgentConfig, AgentRuntime
 from core.client import JobDeckClient
-from core.protocol import LocalChannel
+from core.protocol import PROTOCOL_VERSION, LocalChannel
 from tests.conftest import RunningNode, node_settings, start_node, stop_node
 
 NOOP = {"kind": "python", "function": "agents.builtin:noop"}
@@ -171,7 +171,9 @@ async def test_expired_lease_is_reclaimed_and_counted_as_lost(tmp_path: Path) ->
         # An agent that takes a job and then vanishes without a word.
         core_end, agent_end = LocalChannel.pair()
         session = asyncio.create_task(node.engine.attach_agent(core_end))
-        await agent_end.send({"type": "register", "name": "doomed", "slots": 1, "queues": ["*"]})
+        await agent_end.send(
+            {"type": "register", "protocol": PROTOCOL_VERSION, "name": "doomed", "slots": 1, "queues": ["*"]}
+        )
         job = await client.submit({"task": NOOP})
         while (await agent_end.recv())["type"] != "assign":
             pass
@@ -180,7 +182,7 @@ async def test_expired_lease_is_reclaimed_and_counted_as_lost(tmp_path: Path) ->
         # A healthy agent arrives; after the lease runs out the job is retried there.
         core2, agent2 = LocalChannel.pair()
         node.spawn(node.engine.attach_agent(core2), "s2")
-        node.spawn(AgentRuntime(agent2, AgentConfig(name="healthy", slots=4)).run(), "a2")
+        node.spawn(AgentRuntime(AgentConfig(name="healthy", slots=4)).serve(agent2), "a2")
         done = await client.wait_for(job["id"], timeout=15)
         assert done["state"] == "succeeded" and done["attempt"] == 2, done
         attempts = await client.attempts(job["id"])

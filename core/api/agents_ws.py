@@ -1,0 +1,51 @@
+"""`/v1/agents`: remote agents connect here over a WebSocket and speak the agent protocol."""
+
+from __future__ import annotations
+
+import contextlib
+
+import orjson
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+
+from core.engine import Engine
+from core.protocol import ChannelClosed, Message
+
+router = APIRouter(tags=["agents"])
+
+
+class WebSocketChannel:
+    """The core's end of an agent's WebSocket, as a protocol Channel (JSON messages)."""
+
+    def __init__(self, ws: WebSocket) -> None:
+        self.ws = ws
+
+    async def send(self, msg: Message) -> None:
+        try:
+            await self.ws.send_bytes(orjson.dumps(msg))
+        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            raise ChannelClosed(str(exc)) from None
+
+    async def recv(self) -> Message:
+        try:
+            frame = await self.ws.receive()
+        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            raise ChannelClosed(str(exc)) from None
+        if frame["type"] == "websocket.disconnect":
+            raise ChannelClosed("the agent disconnected")
+        data = frame.get("bytes") or frame.get("text") or b"{}"
+        msg = orjson.loads(data)
+        if not isinstance(msg, dict):
+            raise ChannelClosed("the agent sent something that is not a message")
+        return msg
+
+    async def close(self) -> None:
+        with contextlib.suppress(RuntimeError, OSError):
+            await self.ws.close()
+
+
+@router.websocket("/v1/agents")
+async def agents_ws(ws: WebSocket) -> None:
+    """An agent registers with its name, queues, slots and labels, then takes work (see core/protocol.py)."""
+    engine: Engine = ws.app.state.engine
+    await ws.accept()
+    await engine.attach_agent(WebSocketChannel(ws))
