@@ -226,6 +226,7 @@ class AgentRuntime:
             batch, self._results = self._results, []
             if batch:
                 try:
+                    await self._flush_output(channel)  # a job's last lines go before its result
                     await channel.send({"type": "result", "results": batch})
                 except (ChannelClosed, ConnectionError, OSError):
                     self._results[:0] = batch
@@ -243,12 +244,15 @@ class AgentRuntime:
         """Stream what running jobs print, a few times a second, in one message."""
         while True:
             await asyncio.sleep(OUTPUT_FLUSH_SECONDS)
-            if not self._output:
-                continue
-            pending, self._output = self._output, {}
-            chunks = [[j, a, b"".join(parts).decode("utf-8", "replace")] for (j, a), parts in pending.items()]
             with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
-                await channel.send({"type": "output", "chunks": chunks})
+                await self._flush_output(channel)
+
+    async def _flush_output(self, channel: Channel) -> None:
+        if not self._output:
+            return
+        pending, self._output = self._output, {}
+        chunks = [[j, a, b"".join(parts).decode("utf-8", "replace")] for (j, a), parts in pending.items()]
+        await channel.send({"type": "output", "chunks": chunks})
 
     # ------------------------------------------------------------ stopping
 

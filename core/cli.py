@@ -28,6 +28,8 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, int]]) -
             s = "-"
         elif isinstance(v, bool):
             s = "yes" if v else "no"
+        elif isinstance(v, dict):
+            s = ",".join(f"{k}={x}" for k, x in v.items()) or "-"
         elif isinstance(v, (list, tuple)):
             s = ",".join(map(str, v)) or "-"
         elif isinstance(v, str) and len(v) >= 26 and v[10] == "T" and v[4] == "-":
@@ -199,6 +201,33 @@ async def cmd_jobs_action(c: JobDeckClient, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+FINAL = ("succeeded", "dead", "cancelled")
+
+
+async def cmd_jobs_tail(c: JobDeckClient, args: argparse.Namespace) -> int:
+    """Print a job's output and follow it live until the job ends (like tail -f)."""
+    since = (await c.health())["last_seq"]
+    current = await c.output(args.id)
+    sys.stdout.write(current["output"])
+    sys.stdout.flush()
+    if current["state"] in FINAL:
+        return 0 if current["state"] == "succeeded" else 1
+    async for e in c.events(since=since, job_ids=[args.id], types=["job.output", "job.*"]):
+        if e["type"] == "job.output":
+            sys.stdout.write(e["data"]["text"])
+            sys.stdout.flush()
+            continue
+        state = (e.get("data") or {}).get("job", {}).get("state")
+        if state in FINAL or state == "failed":
+            print(
+                f"\n[job {args.id} {state}" + (f": {e['data'].get('error')}" if e["data"].get("error") else "") + "]",
+                file=sys.stderr,
+            )
+            if state in FINAL:
+                return 0 if state == "succeeded" else 1
+    return 0
+
+
 async def cmd_jobs_priority(c: JobDeckClient, args: argparse.Namespace) -> int:
     job = await c.set_priority(args.id, args.priority)
     _print(args, job, lambda j: _job_line(j) + f", priority {j['priority']}")
@@ -317,10 +346,15 @@ async def cmd_stats(c: JobDeckClient, args: argparse.Namespace) -> int:
     return 0
 
 
-AGENT_COLUMNS = (("name", 28), ("host", 16), ("slots", 5), ("slots_used", 10), ("heartbeat_age", 13), ("queues", 20))
+AGENT_COLUMNS = (("name", 24), ("host", 14), ("slots", 6), ("slots_used", 10), ("draining", 8),
+                 ("heartbeat_age", 13), ("queues", 16), ("labels", 20))  # fmt: skip
 
 
 async def cmd_agents(c: JobDeckClient, args: argparse.Namespace) -> int:
+    if getattr(args, "agent_action", None) == "drain":
+        a = await c.drain_agent(args.name)
+        _print(args, a, lambda a: f"agent {a['name']}: draining, {a['slots_used']} jobs still running")
+        return 0
     _print(args, await c.agents(), lambda a: _table(a, AGENT_COLUMNS))
     return 0
 
@@ -375,6 +409,30 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
     return 0
 
 
+def cmd_agent(args: argparse.Namespace) -> int:
+    from agents.main import main as agent_main
+
+    labels = {}
+    for pair in args.label:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise JobDeckError(f"--label {pair!r} must look like key=value")
+        labels[key] = value
+    if args.slots < 1:
+        raise JobDeckError("--slots must be at least 1")
+    return agent_main(
+        args.server,
+        name=args.name,
+        queues=[q for q in args.queues.split(",") if q],
+        slots=args.slots,
+        labels=labels,
+        imports=args.imports,
+        heartbeat_seconds=args.heartbeat,
+        kill_grace_seconds=args.kill_grace,
+        shutdown_grace_seconds=args.shutdown_grace,
+    )
+
+
 def _run(coro: Any) -> Any:
     try:
         import uvloop
@@ -408,6 +466,34 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--log-level", dest="log_level")
         s.set_defaults(local=name == "up")
 
+    s = sub.add_parser("agent", help="run an agent that takes jobs from a core node")
+    s.add_argument("--name", help="unique agent name (default: host-pid)")
+    s.add_argument("--queues", default="*", help="comma-separated queues to serve (default: all)")
+    s.add_argument("--slots", type=int, default=32, help="jobs run at once (default 32)")
+    s.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE", help="a label jobs can require (repeatable)"
+    )
+    s.add_argument(
+        "--import",
+        action="append",
+        default=[],
+        dest="imports",
+        metavar="MODULE",
+        help="a module declaring tasks (repeatable)",
+    )
+    s.add_argument(
+        "--heartbeat", type=float, default=5.0, help="seconds between heartbeats (at most a third of the lease)"
+    )
+    s.add_argument("--kill-grace", type=float, default=5.0, dest="kill_grace", help="SIGTERM to SIGKILL on cancel")
+    s.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        dest="shutdown_grace",
+        help="on SIGTERM, seconds running jobs get to finish",
+    )
+    s.set_defaults(run=None)
+
     s = sub.add_parser("submit", help="submit a job")
     _add_job_flags(s)
     s.add_argument("--at", help="run at this ISO 8601 time")
@@ -428,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, default=50)
     s.add_argument("--cursor", type=int)
     s.set_defaults(run=cmd_jobs_ls)
+    s = jobs.add_parser("tail", help="print a job's output and follow it live until it ends")
+    s.add_argument("id", type=int)
+    s.set_defaults(run=cmd_jobs_tail)
     s = jobs.add_parser("show", help="a job with its attempts and output")
     s.add_argument("id", type=int)
     s.set_defaults(run=cmd_jobs_show)
@@ -478,7 +567,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(run=cmd_events)
 
     sub.add_parser("stats", help="counts and throughput").set_defaults(run=cmd_stats)
-    sub.add_parser("agents", help="connected agents").set_defaults(run=cmd_agents)
+    agents = sub.add_parser("agents", help="connected agents; drain one")
+    agents.set_defaults(run=cmd_agents)
+    ags = agents.add_subparsers(dest="agent_action", metavar="ACTION")
+    ags.add_parser("ls", help="list agents")
+    ags.add_parser("drain", help="give an agent no new work").add_argument("name")
     _accept_common_flags_anywhere(p)
     return p
 
@@ -499,6 +592,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("up", "server"):
             return cmd_up(args, local_agent=args.local or (args.slots or 0) > 0)
+        if args.command == "agent":
+            return cmd_agent(args)
         return int(_run(_remote(args)))
     except JobDeckError as exc:
         print(f"error: {exc.message}", file=sys.stderr)

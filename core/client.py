@@ -248,7 +248,7 @@ class JobDeckClient:
                                 continue
                         elif event.get("type") == "stream.error":
                             raise JobDeckError(event.get("message", "the feed refused the request"))
-                        elif not control:
+                        elif str(event.get("type", "")).startswith("stream.") and not control:
                             continue
                         yield event
                         if stop_when is not None and stop_when(event):

@@ -21,7 +21,7 @@ import orjson
 from core.agent_session import AgentSession
 from core.bus import Bus
 from core.config import Settings
-from core.errors import Conflict, JobDeckError
+from core.errors import Conflict, JobDeckError, NotFound
 from core.model import (
     Job,
     Policy,
@@ -35,6 +35,8 @@ from core.model import (
     decide_priority,
     decide_resume,
     decide_retry,
+    labels_satisfied,
+    labels_text,
     utcnow,
 )
 from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed
@@ -299,6 +301,32 @@ class Engine:
     def agents(self) -> list[dict[str, Any]]:
         """Connected agents with their slots and current jobs."""
         return [s.to_dict() for s in self.sessions.values()]
+
+    async def drain_agent(self, name: str) -> dict[str, Any]:
+        """Give an agent no new work; it finishes what it runs and stays connected."""
+        session = self.sessions.get(name)
+        if session is None:
+            raise NotFound(f"no agent named {name!r} is connected to this node", field="name")
+        session.draining = True
+        with contextlib.suppress(ChannelClosed, ConnectionError):
+            await session.channel.send({"type": "drain"})
+        await self.store.record_event("agent.draining", {"agent": name})
+        return session.to_dict()
+
+    def waiting_for(self, job: Job) -> str | None:
+        """Why a queued job is not running, when no connected agent could take it; else None."""
+        if job.state != "queued":
+            return None
+        if self._queue_settings.get(job.queue, (False, None))[0]:
+            return f"queue {job.queue!r} is paused"
+        serving = [s for s in self.sessions.values() if s.queues is None or job.queue in s.queues]
+        if not self.sessions:
+            return "no agent is connected"
+        if not serving:
+            return f"no connected agent serves queue {job.queue!r}"
+        if not any(labels_satisfied(job.labels, s.labels) for s in serving):
+            return f"no connected agent has the labels {labels_text(job.labels)}"
+        return None
 
     async def finish_attempts(self, session: AgentSession, results: list[dict[str, Any]]) -> None:
         """Record what an agent reports; stale results (wrong attempt) are refused by the decision."""

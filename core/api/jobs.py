@@ -11,18 +11,25 @@ from core.api.deps import Route, get_engine, parse_time
 from core.api.schemas import JobBatch, JobCreate, PriorityChange, specs_of
 from core.engine import Engine
 from core.errors import InvalidInput
-from core.model import ALL_STATES, job_to_dict
+from core.model import ALL_STATES, Job, job_to_dict
 from core.store.base import EventFilter, JobFilter
 
 router = APIRouter(prefix="/v1", tags=["jobs"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
+def view(job: Job, engine: Engine) -> dict[str, Any]:
+    """A job as the API shows it, with why it waits when no agent can take it."""
+    out = job_to_dict(job)
+    out["waiting_for"] = engine.waiting_for(job)
+    return out
+
+
 @router.post("/jobs", status_code=201, summary="Submit a job")
 async def create_job(body: JobCreate, engine: EngineDep) -> JSON:
     """Store a job and return it (200 with the existing job if its idempotency key was used before)."""
     job, created = (await engine.submit([body.to_spec()]))[0]
-    return JSON(job_to_dict(job), status_code=201 if created else 200)
+    return JSON(view(job, engine), status_code=201 if created else 200)
 
 
 @router.post("/jobs/batch", status_code=201, summary="Submit up to 10,000 jobs at once")
@@ -60,12 +67,26 @@ async def list_jobs(
         schedule_id=schedule_id,
     )
     jobs = await engine.store.list_jobs(flt, cursor, limit)
-    return {"jobs": [job_to_dict(j) for j in jobs], "next_cursor": jobs[-1].id if len(jobs) == limit else None}
+    return {"jobs": [view(j, engine) for j in jobs], "next_cursor": jobs[-1].id if len(jobs) == limit else None}
 
 
 @router.get("/jobs/{job_id}", summary="Get a job")
 async def get_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return job_to_dict(await engine.store.get_job(job_id))
+    return view(await engine.store.get_job(job_id), engine)
+
+
+@router.get("/jobs/{job_id}/output", summary="The output tail of a job's latest attempt (live while it runs)")
+async def get_output(job_id: int, engine: EngineDep) -> dict[str, Any]:
+    job = await engine.store.get_job(job_id)
+    live = engine.live_output.get((job.id, job.attempt)) if job.state == "running" else None
+    if live is not None:
+        text = live
+    else:
+        attempts = await engine.store.list_attempts(job_id)
+        text = (attempts[-1].get("output") or "") if attempts else ""
+    limit = engine.settings.output_tail_bytes
+    return {"job_id": job.id, "attempt": job.attempt, "state": job.state, "running": job.state == "running",
+            "output": text, "limit_bytes": limit}  # fmt: skip
 
 
 @router.get("/jobs/{job_id}/attempts", summary="A job's attempts with their output")
@@ -82,24 +103,24 @@ async def get_job_events(job_id: int, engine: EngineDep, limit: Annotated[int, Q
 
 @router.post("/jobs/{job_id}/cancel", summary="Cancel a job (a running one is stopped first)")
 async def cancel_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return job_to_dict(await engine.cancel(job_id))
+    return view(await engine.cancel(job_id), engine)
 
 
 @router.post("/jobs/{job_id}/pause", summary="Pause a waiting job")
 async def pause_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return job_to_dict(await engine.pause(job_id))
+    return view(await engine.pause(job_id), engine)
 
 
 @router.post("/jobs/{job_id}/resume", summary="Resume a paused job")
 async def resume_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return job_to_dict(await engine.resume(job_id))
+    return view(await engine.resume(job_id), engine)
 
 
 @router.post("/jobs/{job_id}/retry", summary="Run a finished job again; replays a dead one")
 async def retry_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return job_to_dict(await engine.retry(job_id))
+    return view(await engine.retry(job_id), engine)
 
 
 @router.post("/jobs/{job_id}/priority", summary="Set the priority of a waiting job")
 async def set_priority(job_id: int, body: PriorityChange, engine: EngineDep) -> dict[str, Any]:
-    return job_to_dict(await engine.set_priority(job_id, body.priority))
+    return view(await engine.set_priority(job_id, body.priority), engine)

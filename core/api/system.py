@@ -28,6 +28,11 @@ async def list_agents(engine: EngineDep) -> dict[str, Any]:
     return {"agents": engine.agents()}
 
 
+@router.post("/v1/agents/{name}/drain", summary="Give an agent no new work; it finishes what it runs")
+async def drain_agent(name: str, engine: EngineDep) -> dict[str, Any]:
+    return await engine.drain_agent(name)
+
+
 @router.get("/v1/stats", summary="Counts by state and queue; finished jobs per second over the last minute")
 async def stats(engine: EngineDep) -> dict[str, Any]:
     return await engine.store.stats(engine.clock())

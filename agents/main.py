@@ -1,0 +1,103 @@
+"""`jobdeck agent`: a process that connects to a core node and runs the jobs it is given."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import signal
+import sys
+import traceback
+
+from agents.runtime import AgentConfig, AgentRefused, AgentRuntime
+from agents.sdk import registered_names
+from core.client import JobDeckClient
+
+log = logging.getLogger("jobdeck.agent")
+
+
+def import_task_modules(modules: list[str]) -> str | None:
+    """Import the modules that declare tasks; the first failure, described, or None."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            at = "" if where.filename.startswith("<") else f" ({where.filename}:{where.lineno})"
+            return f"cannot import {name!r}: {type(exc).__name__}: {exc}{at}"
+    return None
+
+
+async def run_agent(server: str, config: AgentConfig, shutdown_grace: float, token: str | None = None) -> int:
+    """Serve until SIGTERM / SIGINT (then drain for `shutdown_grace` seconds) or until refused."""
+    runtime = AgentRuntime(config)
+    client = JobDeckClient(server, token=token)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    serving = asyncio.create_task(runtime.run_forever(client.agent_channel))
+    stopping = asyncio.create_task(stop.wait())
+    print(
+        f"agent {config.name}: {config.slots} slots, queues {','.join(config.queues)}"
+        + (f", labels {config.labels}" if config.labels else "")
+        + f", serving {server}",
+        flush=True,
+    )
+    try:
+        done, _ = await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if serving in done:
+            serving.result()  # AgentRefused ends the agent
+            return 0
+        log.info("stopping: %d jobs running get %.0f s to finish", len(runtime.tasks), shutdown_grace)
+        await runtime.shutdown(shutdown_grace)
+        return 0
+    except AgentRefused as exc:
+        print(f"error: the core refused this agent: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for t in (serving, stopping):
+            t.cancel()
+            with contextlib.suppress(BaseException):
+                await t
+        await client.close()
+
+
+def main(
+    server: str,
+    *,
+    name: str | None,
+    queues: list[str],
+    slots: int,
+    labels: dict[str, str],
+    imports: list[str],
+    heartbeat_seconds: float,
+    kill_grace_seconds: float,
+    shutdown_grace_seconds: float,
+    log_level: str = "info",
+) -> int:
+    """Entry point of `jobdeck agent` (called by core.cli)."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.path.insert(0, ".")  # `--import myproject.tasks` from the project's folder, as python -m would
+    problem = import_task_modules(imports)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    if imports:
+        print(f"tasks: {', '.join(registered_names()) or '(none declared with @task)'}", flush=True)
+    config = AgentConfig(
+        queues=tuple(queues) or ("*",),
+        slots=slots,
+        labels=labels,
+        heartbeat_seconds=heartbeat_seconds,
+        kill_grace_seconds=kill_grace_seconds,
+    )
+    if name:
+        config.name = name
+    try:
+        import uvloop
+
+        return uvloop.run(run_agent(server, config, shutdown_grace_seconds))
+    except ImportError:
+        return asyncio.run(run_agent(server, config, shutdown_grace_seconds))
