@@ -319,13 +319,16 @@ class Engine:
             return None
         if self._queue_settings.get(job.queue, (False, None))[0]:
             return f"queue {job.queue!r} is paused"
-        serving = [s for s in self.sessions.values() if s.queues is None or job.queue in s.queues]
         if not self.sessions:
             return "no agent is connected"
+        serving = [s for s in self.sessions.values() if s.queues is None or job.queue in s.queues]
         if not serving:
             return f"no connected agent serves queue {job.queue!r}"
-        if not any(labels_satisfied(job.labels, s.labels) for s in serving):
+        able = [s for s in serving if labels_satisfied(job.labels, s.labels)]
+        if not able:
             return f"no connected agent has the labels {labels_text(job.labels)}"
+        if all(s.draining for s in able):
+            return "every agent that could run it is draining"
         return None
 
     async def finish_attempts(self, session: AgentSession, results: list[dict[str, Any]]) -> None:

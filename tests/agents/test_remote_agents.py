@@ -1,0 +1,362 @@
+"""Remote agents as real processes over real WebSockets: failures, reconnects, routing, draining."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import websockets
+
+from core.client import JobDeckClient
+from core.errors import Unavailable
+from tests.conftest import ROOT, ServerProcess, spawn_jobdeck
+
+LEASE_ENV = {"JOBDECK_LEASE_SECONDS": "2", "JOBDECK_HEARTBEAT_SECONDS": "0.5", "JOBDECK_REAP_INTERVAL_SECONDS": "0.2"}
+RECORDER = """
+import os, sys, time
+log = sys.argv[1]
+job, attempt = os.environ["JOBDECK_JOB_ID"], os.environ["JOBDECK_ATTEMPT"]
+def note(what):
+    with open(log, "a") as f:
+        f.write(f"{what} {job} {attempt} {time.time():.6f}\\n")
+note("start")
+print("working", flush=True)
+time.sleep(float(sys.argv[2]))
+note("end")
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """`jobdeck server` with no local agent and 2-second leases."""
+    sp = spawn_jobdeck(tmp_path / "data", "server", env=LEASE_ENV)
+    try:
+        yield sp
+    finally:
+        sp.proc.terminate()
+        try:
+            sp.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            sp.kill()
+
+
+@pytest.fixture
+async def client(server: ServerProcess) -> AsyncIterator[JobDeckClient]:
+    async with JobDeckClient(server.url) as c:
+        yield c
+
+
+class Agents:
+    """Starts `jobdeck agent` processes and stops them all at the end."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, url: str, name: str, *args: str) -> subprocess.Popen[str]:
+        log = open(self.tmp_path / f"agent-{name}.log", "a")  # noqa: SIM115 - closed with the process
+        cmd = [sys.executable, "-m", "core.cli", "agent", "--server", url, "--name", name, "--heartbeat", "0.5", *args]
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.tmp_path / f"agent-{name}.log").read_text()
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Agents]:
+    a = Agents(tmp_path)
+    try:
+        yield a
+    finally:
+        a.stop_all()
+
+
+async def until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {value!r}")
+        await asyncio.sleep(0.05)
+
+
+async def wait_agents(c: JobDeckClient, *names: str) -> None:
+    async def present() -> bool:
+        return set(names) <= {a["name"] for a in await c.agents()}
+
+    await until(present, 20, f"agents {names} to register")
+
+
+async def wait_state(c: JobDeckClient, job_id: int, state: str, timeout: float = 15) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        job = await c.get_job(job_id)
+        return job if job["state"] == state else None
+
+    return await until(check, timeout, f"job {job_id} to be {state}")  # type: ignore[no-any-return]
+
+
+def recorder_task(tmp_path: Path, seconds: float) -> dict[str, Any]:
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    return {"kind": "shell", "argv": [sys.executable, str(script), str(tmp_path / "runs.log"), str(seconds)]}
+
+
+def runs(tmp_path: Path) -> list[tuple[str, int, int]]:
+    path = tmp_path / "runs.log"
+    if not path.exists():
+        return []
+    return [(w, int(j), int(a)) for w, j, a, _ in (line.split() for line in path.read_text().splitlines())]
+
+
+class CuttableProxy:
+    """A TCP proxy whose connections the test can cut, like a network blip."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self.writers += [writer, up_writer]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        for w in self.writers:
+            w.transport.abort()
+        self.writers.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_a_remote_agent_runs_jobs_and_streams_output(
+    server: ServerProcess, client: JobDeckClient, agents: Agents
+) -> None:
+    agents.start(server.url, "a1", "--slots", "4")
+    await wait_agents(client, "a1")
+    since = (await client.health())["last_seq"]
+    job = await client.submit(
+        {"task": {"kind": "shell", "command": "for i in 1 2 3; do echo line $i; sleep 0.3; done"}}
+    )
+    streamed = ""
+    async with asyncio.timeout(15):
+        async for e in client.events(since=since, job_ids=[job["id"]], types=["job.output", "job.succeeded"]):
+            if e["type"] == "job.output":
+                assert e["seq"] is None, "live output is not stored in the event log"
+                streamed += e["data"]["text"]
+            else:
+                break
+    assert streamed == "line 1\nline 2\nline 3\n", f"streamed {streamed!r}"
+    out = await client.output(job["id"])
+    assert out["output"] == streamed and out["state"] == "succeeded" and out["limit_bytes"] == 64 * 1024
+
+
+async def test_sigkill_agent_mid_job_is_retried_elsewhere_with_the_lost_attempt_recorded(
+    server: ServerProcess, client: JobDeckClient, agents: Agents, tmp_path: Path
+) -> None:
+    doomed = agents.start(server.url, "doomed", "--slots", "1")
+    await wait_agents(client, "doomed")
+    job = await client.submit({"task": recorder_task(tmp_path, 1.0), "backoff": {"base": 0.1, "cap": 0.2}})
+    await wait_state(client, job["id"], "running")
+    doomed.kill()
+    agents.start(server.url, "rescuer", "--slots", "1")
+    done = await client.wait_for(job["id"], timeout=30)
+    assert done["state"] == "succeeded", done
+    attempts = [(a["agent"], a["outcome"]) for a in await client.attempts(job["id"])]
+    assert attempts == [("doomed", "lost"), ("rescuer", "succeeded")], attempts
+
+
+async def test_a_cut_connection_reconnects_and_no_job_runs_twice(
+    server: ServerProcess, client: JobDeckClient, agents: Agents, tmp_path: Path
+) -> None:
+    proxy = CuttableProxy(int(server.url.rsplit(":", 1)[1]))
+    via = await proxy.start()
+    try:
+        agents.start(via, "blinky", "--slots", "10")
+        await wait_agents(client, "blinky")
+        ids = (await client.submit_batch([{"task": recorder_task(tmp_path, 1.5)} for _ in range(10)]))["ids"]
+
+        async def all_running() -> bool:
+            return (await client.stats())["by_state"].get("running", 0) == 10
+
+        await until(all_running, 15, "10 running jobs")
+        proxy.cut()
+        for job_id in ids:
+            done = await client.wait_for(job_id, timeout=30)
+            assert done["state"] == "succeeded" and done["attempt"] == 1, done
+    finally:
+        await proxy.close()
+    starts = [(j, a) for w, j, a in runs(tmp_path) if w == "start"]
+    assert sorted(starts) == sorted((i, 1) for i in ids), f"each job must run exactly once: {starts}"
+    assert "lost the connection" in agents.log("blinky")
+
+
+async def test_cancel_reaches_a_remote_running_job_within_a_second(
+    server: ServerProcess, client: JobDeckClient, agents: Agents
+) -> None:
+    agents.start(server.url, "a1", "--slots", "2")
+    await wait_agents(client, "a1")
+    job = await client.submit({"task": {"kind": "shell", "command": "sleep 30"}})
+    await wait_state(client, job["id"], "running")
+    t0 = time.monotonic()
+    await client.job_action(job["id"], "cancel")
+    done = await client.wait_for(job["id"], timeout=10)
+    elapsed = time.monotonic() - t0
+    assert done["state"] == "cancelled" and elapsed < 1.0, f"{done['state']} after {elapsed:.2f} s"
+
+
+async def test_two_agents_run_ten_thousand_concurrent_sleeping_jobs(
+    server: ServerProcess, client: JobDeckClient, agents: Agents
+) -> None:
+    for name in ("big1", "big2"):
+        agents.start(server.url, name, "--slots", "5000")
+    await wait_agents(client, "big1", "big2")
+    sleeper = {"task": {"kind": "python", "function": "agents.builtin:sleep", "args": [6]}}
+    await client.submit_batch([sleeper] * 10_000)
+
+    async def peak() -> int:
+        return int((await client.stats())["by_state"].get("running", 0))
+
+    seen = await until(lambda: _at_least(peak, 9_000), 30, "9,000 jobs running at once")
+    assert seen >= 9_000
+
+    async def finished() -> bool:
+        return (await client.stats())["by_state"].get("succeeded", 0) == 10_000
+
+    await until(finished, 90, "all 10,000 to succeed")
+    per_agent = {a["name"]: a["slots_used"] for a in await client.agents()}
+    assert per_agent == {"big1": 0, "big2": 0}
+
+
+async def _at_least(probe: Any, n: int) -> int:
+    value = await probe()
+    return value if value >= n else 0
+
+
+async def test_label_routing_and_the_reason_a_job_waits(
+    server: ServerProcess, client: JobDeckClient, agents: Agents
+) -> None:
+    agents.start(server.url, "gpu", "--label", "gpu=true", "--slots", "8")
+    agents.start(server.url, "plain", "--slots", "8")
+    await wait_agents(client, "gpu", "plain")
+    task = {"kind": "python", "function": "agents.builtin:sleep", "args": [0.05]}
+    ids = (await client.submit_batch([{"task": task, "labels": {"gpu": "true"}} for _ in range(20)]))["ids"]
+    for job_id in ids:
+        done = await client.wait_for(job_id, timeout=20)
+        assert done["agent"] == "gpu", f"job {job_id} needs gpu=true but ran on {done['agent']}"
+    stuck = await client.submit({"task": task, "labels": {"region": "eu"}})
+    assert stuck["state"] == "queued"
+    assert stuck["waiting_for"] == "no connected agent has the labels region=eu", stuck
+    agents.start(server.url, "eu", "--label", "region=eu")
+    assert (await client.wait_for(stuck["id"], timeout=20))["agent"] == "eu"
+
+
+async def test_sigterm_drains_an_agent(
+    server: ServerProcess, client: JobDeckClient, agents: Agents, tmp_path: Path
+) -> None:
+    proc = agents.start(server.url, "leaving", "--slots", "4", "--shutdown-grace", "10")
+    await wait_agents(client, "leaving")
+    job = await client.submit({"task": recorder_task(tmp_path, 1.0)})
+    await wait_state(client, job["id"], "running")
+    proc.send_signal(signal.SIGTERM)
+
+    async def draining() -> bool:
+        return any(a["name"] == "leaving" and a["draining"] for a in await client.agents())
+
+    await until(draining, 5, "the agent to say it is draining")
+    late = await client.submit({"task": {"kind": "python", "function": "agents.builtin:noop"}})
+    assert proc.wait(15) == 0, agents.log("leaving")
+    assert (await client.get_job(job["id"]))["state"] == "succeeded", "a draining agent finishes its jobs"
+    late_now = await client.get_job(late["id"])
+    assert late_now["state"] == "queued" and late_now["waiting_for"] == "no agent is connected", late_now
+
+
+async def test_drain_from_the_api(server: ServerProcess, client: JobDeckClient, agents: Agents) -> None:
+    agents.start(server.url, "cordoned", "--slots", "4")
+    await wait_agents(client, "cordoned")
+    drained = await client.drain_agent("cordoned")
+    assert drained["draining"] is True
+    job = await client.submit({"task": {"kind": "python", "function": "agents.builtin:noop"}})
+    assert job["waiting_for"] == "every agent that could run it is draining", job
+
+
+async def test_bad_agents_are_refused_with_a_reason(
+    server: ServerProcess, client: JobDeckClient, agents: Agents
+) -> None:
+    url = server.url.replace("http", "ws") + "/v1/agents"
+    async with websockets.connect(url) as ws:
+        await ws.send(orjson.dumps({"type": "register", "protocol": 99, "name": "future", "slots": 1}))
+        reply = orjson.loads(await asyncio.wait_for(ws.recv(), 5))
+    assert reply["type"] == "error" and "protocol 99" in reply["message"], reply
+    agents.start(server.url, "twin", "--slots", "1")
+    await wait_agents(client, "twin")
+    second = agents.start(server.url, "twin", "--slots", "1")
+    assert second.wait(15) == 1
+    assert "is connected already" in agents.log("twin")
+    bad_import = subprocess.run(
+        [sys.executable, "-m", "core.cli", "agent", "--server", server.url, "--import", "no_such_tasks_module"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert bad_import.returncode == 1 and "cannot import 'no_such_tasks_module'" in bad_import.stderr
+    assert "Traceback" not in bad_import.stderr
+
+
+async def test_sdk_tasks_run_and_unknown_tasks_die_at_once(
+    server: ServerProcess, client: JobDeckClient, agents: Agents
+) -> None:
+    from examples.shop.tasks import nightly_report, send_receipt
+
+    agents.start(server.url, "shop", "--import", "examples.shop.tasks", "--queues", "emails,reports,default")
+    await wait_agents(client, "shop")
+    receipt = await client.enqueue(send_receipt, 7, "ada@example.org")
+    assert receipt["queue"] == "emails" and receipt["max_attempts"] == 5 and receipt["timeout"] == 30
+    report = await client.enqueue(nightly_report, "2026-11-29", region="us")
+    assert (await client.wait_for(receipt["id"], timeout=20))["result"] == {"order_id": 7, "sent_to": "ada@example.org"}
+    assert (await client.wait_for(report["id"], timeout=20))["result"].startswith("2026-11-29 us:")
+    unknown = await client.submit({"task": {"kind": "python", "function": "shop.tasks:gone"}, "max_attempts": 5})
+    dead = await client.wait_for(unknown["id"], timeout=20)
+    assert dead["state"] == "dead" and dead["attempt"] == 1, "retrying cannot make a missing task appear"
+    assert "cannot import 'shop.tasks'" in dead["last_error"], dead["last_error"]
+
+
+async def test_a_wrong_server_url_is_one_clear_error() -> None:
+    async with JobDeckClient("http://127.0.0.1:9") as c:
+        with pytest.raises(Unavailable) as err:
+            await c.agents()
+    assert "cannot reach JobDeck at http://127.0.0.1:9" in err.value.message
