@@ -66,6 +66,7 @@ class AgentRuntime:
         self._results_ready = asyncio.Event()
         self._output: dict[tuple[int, int], list[bytes]] = {}
         self._stopping = False
+        self._hurry = asyncio.Event()
         self._flushed = asyncio.Event()
         self._channel: Channel | None = None
         self._beat = config.heartbeat_seconds
@@ -200,7 +201,7 @@ class AgentRuntime:
             if key in self._cancelled:
                 report.update(outcome="cancelled", error="cancelled by request")
             elif self._stopping:
-                report.update(outcome="failed", error="the agent shut down during the run")
+                report.update(outcome="interrupted", error="the agent shut down during the run; it runs again")
             else:
                 raise
         except Exception as exc:
@@ -256,6 +257,10 @@ class AgentRuntime:
 
     # ------------------------------------------------------------ stopping
 
+    def hurry(self) -> None:
+        """Stop waiting for running jobs during a shutdown (a second Ctrl-C)."""
+        self._hurry.set()
+
     async def shutdown(self, grace: float) -> None:
         """Stop taking work, let running jobs finish for up to `grace` seconds, then stop the
         rest (reported as failed attempts, so they are retried) and send every result."""
@@ -266,7 +271,16 @@ class AgentRuntime:
                 await channel.send({"type": "draining"})
         running = [t for _, t in self.tasks.values()]
         if running:
-            _, late = await asyncio.wait(running, timeout=grace)
+            log.warning(
+                "stopping: %d running jobs get up to %.0f s to finish (interrupt again to stop them now)",
+                len(running), grace,
+            )  # fmt: skip
+            all_done = asyncio.ensure_future(asyncio.wait(running))  # cancelling it leaves the jobs alone
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait([all_done, hurry], timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            all_done.cancel()
+            hurry.cancel()
+            late = [t for t in running if not t.done()]
             for t in late:
                 t.cancel()
             await asyncio.gather(*late, return_exceptions=True)

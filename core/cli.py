@@ -377,9 +377,11 @@ def attach_local_agent(node: Node, name: str | None = None) -> None:
         output_tail_bytes=settings.output_tail_bytes,
     )
     runtime = AgentRuntime(config)
+    if getattr(node.store, "single_node", False):
+        node.spawn(node.engine.reclaim_orphans("local-", config.name), "reclaim-orphans")
     node.spawn(node.engine.attach_agent(core_end), "local-agent-session")
     node.spawn(runtime.serve(agent_end), "local-agent")
-    node.on_stop(lambda: runtime.shutdown(settings.shutdown_grace_seconds))
+    node.on_stop(lambda: runtime.shutdown(settings.shutdown_grace_seconds), hurry=runtime.hurry)
 
 
 def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
@@ -465,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         s.add_argument("--log-level", dest="log_level")
         s.set_defaults(local=name == "up")
+
 
     s = sub.add_parser("agent", help="run an agent that takes jobs from a core node")
     s.add_argument("--name", help="unique agent name (default: host-pid)")

@@ -31,6 +31,7 @@ from core.model import (
     decide_finish,
     decide_hand_back,
     decide_lease_expired,
+    decide_lost,
     decide_pause,
     decide_priority,
     decide_resume,
@@ -41,7 +42,7 @@ from core.model import (
 )
 from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed
 from core.schedule import Schedule, next_fire_times
-from core.store.base import ClaimRequest, Decide, Store, ephemeral_event
+from core.store.base import ClaimRequest, Decide, JobFilter, Store, ephemeral_event
 
 log = logging.getLogger("jobdeck.engine")
 
@@ -297,6 +298,19 @@ class Engine:
                 "agent %s still runs job %s attempt %s, whose lease it lost: stopping it", session.name, job_id, attempt
             )
             await session.cancel(job_id, attempt)
+
+    async def reclaim_orphans(self, prefix: str, current: str) -> None:
+        """Right after start: runs of this node's earlier local agents (named `prefix`...) died with
+        it, so count them lost now instead of waiting for their leases. Only safe where one node
+        owns the store (the embedded SQLite file is locked by its node)."""
+        running = await self.store.list_jobs(JobFilter(states=("running",)), None, 100_000)
+        orphans = [j.id for j in running if (j.agent or "").startswith(prefix) and j.agent != current]
+        if orphans:
+            reason = "the node restarted during the run (its local agent died with it)"
+            await self._change_many(orphans, lambda job: decide_lost(job, reason, self.clock(), self.policy))
+            log.warning("%d jobs were running when this node last stopped; they are retried", len(orphans))
+            self._wake_promote.set()
+            self._wake_dispatch.set()
 
     def agents(self) -> list[dict[str, Any]]:
         """Connected agents with their slots and current jobs."""

@@ -365,6 +365,12 @@ def decide_finish(job: Job, res: RunResult, now: float, policy: Policy, rng: ran
         change = _move(job, S.SUCCEEDED, "finish", now, last_error=None, **common)
     elif res.outcome == "cancelled" or job.cancel_requested:
         change = _move(job, S.CANCELLED, "finish", now, last_error=res.error or "cancelled", **common)
+    elif res.outcome == "interrupted":
+        # The agent was stopped (a restart, a deploy) in the middle: run it again at once, and
+        # do not let the interruption use up one of the job's attempts.
+        common.update(finished_at=None, agent=None)
+        change = _move(job, S.QUEUED, "finish", now, last_error=res.error, run_at=now,
+                       max_attempts=job.max_attempts + 1, sort_key=sort_key(now, job.priority, policy), **common)  # fmt: skip
     elif job.attempt < job.max_attempts and res.retryable:
         delay = backoff_delay(job.attempt, job.backoff_base, job.backoff_cap, rng)
         common["finished_at"] = None
@@ -383,8 +389,12 @@ def decide_lease_expired(job: Job, now: float, policy: Policy, rng: random.Rando
     """The agent stopped heartbeating: the attempt is lost and counts as a failure."""
     if job.lease_expires_at is None or job.lease_expires_at > now:
         raise Conflict(f"lease of job {job.id} has not expired", state=job.state, job_id=job.id)
-    lost = RunResult(job.id, job.attempt, "lost", error=f"lease expired: agent {job.agent} stopped responding")
-    return decide_finish(job, lost, now, policy, rng)
+    return decide_lost(job, f"lease expired: agent {job.agent} stopped responding", now, policy, rng)
+
+
+def decide_lost(job: Job, reason: str, now: float, policy: Policy, rng: random.Random | None = None) -> Change:
+    """The run is gone with its agent: the attempt is recorded as lost and counts as a failure."""
+    return decide_finish(job, RunResult(job.id, job.attempt, "lost", error=reason), now, policy, rng)
 
 
 def decide_hand_back(job: Job, attempt: int, now: float, policy: Policy) -> Change:

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import gc
 import logging
+import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -59,6 +60,7 @@ class Node:
         self.server: uvicorn.Server | None = None
         self._background: list[asyncio.Future[None]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
+        self._hurry: list[Callable[[], None]] = []
 
     async def start(self) -> None:
         await self.store.open()
@@ -74,9 +76,12 @@ class Node:
         """Run a companion (a local agent) for the node's life."""
         self._background.append(asyncio.ensure_future(coro))
 
-    def on_stop(self, hook: Callable[[], Awaitable[None]]) -> None:
-        """Run `hook` first when the node stops, while the store is still open (agents drain here)."""
+    def on_stop(self, hook: Callable[[], Awaitable[None]], hurry: Callable[[], None] | None = None) -> None:
+        """Run `hook` first when the node stops, while the store is still open (agents drain here).
+        `hurry`, if given, is called on a second SIGINT / SIGTERM during the stop."""
         self._on_stop.append(hook)
+        if hurry is not None:
+            self._hurry.append(hurry)
 
     def _bind(self) -> socket.socket:
         host, port = self.settings.host, self.settings.port
@@ -128,16 +133,36 @@ class Node:
             on_ready(url)
 
     async def stop(self) -> None:
-        for hook in self._on_stop:
-            try:
-                await hook()
-            except Exception:
-                log.exception("a shutdown step failed")
-        self._on_stop = []
-        for t in self._background:
-            t.cancel()
-        for t in self._background:
-            with contextlib.suppress(BaseException):
-                await t
-        await self.engine.stop()
-        await self.store.close()
+        """Drain local agents (a second signal hurries them), let companions finish, close the store."""
+        loop = asyncio.get_running_loop()
+        watched = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                loop.add_signal_handler(sig, self._hurry_all)
+                watched.append(sig)
+        try:
+            for hook in self._on_stop:
+                try:
+                    await hook()
+                except Exception:
+                    log.exception("a shutdown step failed")
+            self._on_stop = []
+            # Companions (the local agent's session) end once their channel closes: let them
+            # record the last results before the store closes.
+            if self._background:
+                await asyncio.wait(self._background, timeout=5)
+            for t in self._background:
+                t.cancel()
+            for t in self._background:
+                with contextlib.suppress(BaseException):
+                    await t
+            await self.engine.stop()
+            await self.store.close()
+        finally:
+            for sig in watched:
+                loop.remove_signal_handler(sig)
+
+    def _hurry_all(self) -> None:
+        log.warning("interrupted again: stopping running jobs now")
+        for hurry in self._hurry:
+            hurry()

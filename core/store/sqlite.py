@@ -167,6 +167,8 @@ def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
 class SQLiteStore:
     """The Store protocol on one SQLite file (see core/store/base.py)."""
 
+    single_node = True  # the file is locked by one node: no other node can hold its leases
+
     def __init__(self, path: Path, policy: Policy, on_commit: OnCommit, clock: Callable[[], float] = utcnow):
         self.path = path
         self.policy = policy
