@@ -468,7 +468,6 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--log-level", dest="log_level")
         s.set_defaults(local=name == "up")
 
-
     s = sub.add_parser("agent", help="run an agent that takes jobs from a core node")
     s.add_argument("--name", help="unique agent name (default: host-pid)")
     s.add_argument("--queues", default="*", help="comma-separated queues to serve (default: all)")
