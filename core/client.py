@@ -56,7 +56,10 @@ class JobDeckClient:
     """REST calls return the API's JSON as dicts; errors raise the matching `core.errors` class."""
 
     def __init__(self, server: str = DEFAULT_SERVER, *, token: str | None = None, timeout: float = 30.0) -> None:
-        self.server = server.rstrip("/")
+        server = server.strip().rstrip("/")
+        if "://" not in server:  # "localhost:8640" means http
+            server = "http://" + server
+        self.server = server.removesuffix("/v1")
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(base_url=self.server, headers=headers, timeout=timeout)
         self._token = token
@@ -78,7 +81,8 @@ class JobDeckClient:
             resp = await self._http.request(method, path, content=content, params=clean, headers=headers)
         except httpx.TransportError as exc:
             raise Unavailable(
-                f"cannot reach JobDeck at {self.server} ({type(exc).__name__}); is it running? (`jobdeck up` starts one)"
+                f"cannot reach JobDeck at {self.server} ({type(exc).__name__}); is it running? "
+                "(`jobdeck up` starts one; --server or JOBDECK_SERVER says where it is)"
             ) from None
         if resp.status_code == 204:
             return None
@@ -226,6 +230,7 @@ class JobDeckClient:
         reconnects with backoff and resumes from the last sequence number seen: no gap."""
         last = since
         delay = 0.2
+        connected = False
         while True:
             params = {
                 "since": last,
@@ -236,6 +241,7 @@ class JobDeckClient:
             try:
                 async with websockets.connect(self._ws_url(params), max_size=2**24, open_timeout=10) as ws:
                     delay = 0.2
+                    connected = True
                     async for raw in ws:
                         event = orjson.loads(raw)
                         if event.get("seq") is not None:
@@ -254,6 +260,11 @@ class JobDeckClient:
                         if stop_when is not None and stop_when(event):
                             return
             except (OSError, websockets.WebSocketException) as exc:
+                if not connected:  # never reached: a wrong URL, not a blip
+                    raise Unavailable(
+                        f"cannot reach JobDeck's event feed at {self.server} ({type(exc).__name__}); is it running? "
+                        "(set --server or JOBDECK_SERVER)"
+                    ) from None
                 if not reconnect:
                     raise Unavailable(f"lost the event feed of {self.server}: {exc}") from None
             if last is None:

@@ -55,11 +55,15 @@ async def run_shell(task: dict[str, Any], ctx: RunContext) -> Outcome:
             proc = await asyncio.create_subprocess_exec(*task["argv"], **common)
         else:
             proc = await asyncio.create_subprocess_shell(task["command"], **common)
-    except FileNotFoundError as exc:
-        what = "working directory" if task.get("cwd") and not os.path.isdir(task["cwd"]) else "command"
-        return Outcome(False, f"{what} not found: {exc.filename}")
-    except PermissionError as exc:
-        return Outcome(False, f"permission denied: {exc.filename}")
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        # The job's definition is wrong (another attempt cannot help): say what and where.
+        cwd = task.get("cwd") or os.getcwd()
+        if task.get("cwd") and not os.path.isdir(task["cwd"]):
+            return Outcome(False, f"working directory not found: {task['cwd']}", retryable=False)
+        program = str((task.get("argv") or [exc.filename])[0])
+        problem = "permission denied (is it executable?)" if isinstance(exc, PermissionError) else "command not found"
+        hint = f" (relative to the agent's directory {cwd})" if not os.path.isabs(program) and "/" in program else ""
+        return Outcome(False, f"{problem}: {program}{hint}", retryable=False)
     assert proc.stdout is not None
     try:
         while chunk := await proc.stdout.read(65536):

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from core.api.schemas import ERRORS
 from core.engine import Engine
 from core.errors import JobDeckError, PayloadTooLarge
 
@@ -131,6 +132,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
     from core.api import agents_ws, events, jobs, queues, schedules, system
 
     app = FastAPI(
+        responses=ERRORS,
         title="JobDeck API",
         version=API_VERSION,
         description="Submit, watch and steer jobs. Errors are JSON: {error, message, field}.",

@@ -29,7 +29,10 @@ def view(job: Job, engine: Engine) -> dict[str, Any]:
 async def create_job(body: JobCreate, engine: EngineDep) -> JSON:
     """Store a job and return it (200 with the existing job if its idempotency key was used before)."""
     job, created = (await engine.submit([body.to_spec()]))[0]
-    return JSON(view(job, engine), status_code=201 if created else 200)
+    out = view(job, engine)
+    if not created:
+        out["deduplicated"] = True  # its idempotency key was used before: this is that job
+    return JSON(out, status_code=201 if created else 200)
 
 
 @router.post("/jobs/batch", status_code=201, summary="Submit up to 10,000 jobs at once")

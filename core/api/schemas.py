@@ -16,6 +16,25 @@ LABEL = r"^[A-Za-z0-9_.:/\-]{1,64}$"
 _DOTTED = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
 
 
+class ErrorBody(BaseModel):
+    """Every error of the API."""
+
+    error: str = Field(description="a machine-readable code: invalid, not_found, conflict, payload_too_large, ...")
+    message: str = Field(description="what was wrong and how to fix it")
+    field: str | None = Field(None, description="the request field at fault, e.g. jobs[5].priority")
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in (
+        (404, "no such job, queue, schedule or agent"),
+        (409, "not allowed in the current state (named in the message)"),
+        (413, "body over the size limit"),
+        (422, "an invalid field (named in `field`)"),
+    )
+}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
