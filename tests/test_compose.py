@@ -1,0 +1,40 @@
+"""compose.yaml is a valid Compose file with the services a multi-node JobDeck needs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import ROOT
+
+COMPOSE = ROOT / "compose.yaml"
+
+
+def test_compose_file_follows_the_compose_specification() -> None:
+    tool = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent))
+    assert tool, "check-jsonschema is a test dependency (pip install -e '.[test]')"
+    out = subprocess.run(
+        [tool, "--builtin-schema", "vendor.compose-spec", str(COMPOSE)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_compose_runs_two_nodes_two_agents_and_their_services_in_order() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert {"postgres", "redis", "kafka", "core-1", "core-2", "agent-1", "agent-2"} <= set(services)
+    for name in ("postgres", "redis", "kafka", "core-1", "core-2"):
+        assert "healthcheck" in services[name], f"{name} needs a health check"
+    for core in ("core-1", "core-2"):
+        env = services[core]["environment"]
+        assert env["JOBDECK_DATABASE_URL"].startswith("postgresql://") and env["JOBDECK_REDIS_URL"].startswith(
+            "redis://"
+        )
+        assert {d: c["condition"] for d, c in services[core]["depends_on"].items()} == {
+            "postgres": "service_healthy", "redis": "service_healthy", "kafka": "service_healthy"
+        }  # fmt: skip
+    assert services["agent-1"]["depends_on"]["core-1"]["condition"] == "service_healthy"
+    assert services["kafka"]["image"].startswith("apache/kafka"), "a real Kafka image for users"
