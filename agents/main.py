@@ -97,7 +97,6 @@ def main(
         config.name = name
     try:
         import uvloop
-
-        return uvloop.run(run_agent(server, config, shutdown_grace_seconds))
     except ImportError:
         return asyncio.run(run_agent(server, config, shutdown_grace_seconds))
+    return uvloop.run(run_agent(server, config, shutdown_grace_seconds))

@@ -42,16 +42,34 @@ class AgentConfig:
     output_tail_bytes: int = 64 * 1024
 
 
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # results are sent in messages of at most about this size
+MAX_RESULT_BYTES = 256 * 1024  # a job's return value is kept up to this size
+
+
+def _first_batch(results: list[tuple[Message, int]]) -> list[tuple[Message, int]]:
+    """The longest prefix of (report, size) pairs that fits one message (at least one report)."""
+    total = 0
+    for i, (_, size) in enumerate(results):
+        total += size
+        if total > MAX_MESSAGE_BYTES and i > 0:
+            return results[:i]
+    return results[:]
+
+
 class AgentRefused(Exception):
     """The core will not take this agent (bad protocol version, name in use, bad token)."""
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: Any) -> tuple[Any, int]:
+    """The value as the job's result (and its JSON size): repr() if it is not JSON, a note if too big."""
     try:
-        orjson.dumps(value)
-        return value
+        size = len(orjson.dumps(value))
     except TypeError:
-        return repr(value)
+        value = repr(value)
+        size = len(value)
+    if size > MAX_RESULT_BYTES:
+        return f"[result of {size} bytes not kept: over {MAX_RESULT_BYTES}; store big data elsewhere]", 100
+    return value, size
 
 
 class AgentRuntime:
@@ -62,7 +80,7 @@ class AgentRuntime:
         self.instance = uuid.uuid4().hex  # tells a reconnect of this process from a namesake
         self.tasks: dict[int, tuple[int, asyncio.Task[None]]] = {}  # job id -> (attempt, task)
         self._cancelled: set[tuple[int, int]] = set()
-        self._results: list[Message] = []
+        self._results: list[tuple[Message, int]] = []  # finished reports with their rough size
         self._results_ready = asyncio.Event()
         self._output: dict[tuple[int, int], list[bytes]] = {}
         self._stopping = False
@@ -87,7 +105,12 @@ class AgentRuntime:
                 delay = min(delay * 2, 10.0)
                 continue
             delay = 0.2
-            await self.serve(channel)
+            try:
+                await self.serve(channel)
+            except AgentRefused:
+                raise
+            except (ChannelClosed, ConnectionError, OSError) as exc:
+                log.warning("the connection failed (%s)", exc)
             if not self._stopping:
                 log.warning("lost the connection to the core; %d jobs keep running; reconnecting", len(self.tasks))
 
@@ -177,6 +200,7 @@ class AgentRuntime:
 
         ctx = RunContext(job_id, attempt, self.config.output_tail_bytes, self.config.kill_grace_seconds, stream)
         report: Message = {"job_id": job_id, "attempt": attempt, "started_at": time.time()}
+        size = 200
         handler = HANDLERS.get(task.get("kind", ""))
         try:
             if handler is None:
@@ -186,13 +210,18 @@ class AgentRuntime:
                     error=f"this agent has no handler for task kind {task.get('kind')!r}",
                 )
             else:
-                async with asyncio.timeout(a.get("timeout")):
+                if a.get("timeout"):
+                    async with asyncio.timeout(a["timeout"]):
+                        outcome = await handler(task, ctx)
+                else:
                     outcome = await handler(task, ctx)
+                result, result_size = _jsonable(outcome.result)
+                size += result_size
                 report.update(
                     outcome="succeeded" if outcome.ok else "failed",
                     error=outcome.error,
                     exit_code=outcome.exit_code,
-                    result=_jsonable(outcome.result),
+                    result=result,
                     retryable=outcome.retryable,
                 )
         except TimeoutError:
@@ -213,7 +242,7 @@ class AgentRuntime:
                 del self.tasks[job_id]
         report["output"] = ctx.output
         report["finished_at"] = time.time()
-        self._results.append(report)
+        self._results.append((report, size + len(report["output"])))
         self._results_ready.set()
 
     # ------------------------------------------------------------ messages to the core
@@ -224,16 +253,16 @@ class AgentRuntime:
         while True:
             await self._results_ready.wait()
             self._results_ready.clear()
-            batch, self._results = self._results, []
-            if batch:
+            while self._results:
+                batch = _first_batch(self._results)
+                del self._results[: len(batch)]
                 try:
                     await self._flush_output(channel)  # a job's last lines go before its result
-                    await channel.send({"type": "result", "results": batch})
-                except (ChannelClosed, ConnectionError, OSError):
+                    await channel.send({"type": "result", "results": [r for r, _ in batch]})
+                except BaseException:  # closed, or cancelled mid-send: keep them for the next link
                     self._results[:0] = batch
-                    return
-            if not self._results:
-                self._flushed.set()
+                    raise
+            self._flushed.set()
 
     async def _heartbeat(self, channel: Channel) -> None:
         while True:

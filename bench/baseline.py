@@ -37,6 +37,7 @@ def _job_row(job_id: int, now: float) -> tuple[Any, ...]:
         "tags": "[]",
         "cancel_requested": 0,
         "spec_max_attempts": 3,
+        "labels": "",  # no labels required (NOT NULL since migration 0002)
     }
     return tuple(values.get(c) for c in JOB_COLUMNS)
 

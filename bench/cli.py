@@ -17,7 +17,10 @@ import httpx
 
 from bench.context import RunContext, Scale
 from bench.latency import due_later, due_now
+from bench.remote import noop_remote, sleepers
 from bench.report import (
+    AGENT_NOOP_FLOOR,
+    AGENT_RSS_FLOOR,
     BATCH_SUBMIT_FLOOR,
     E2E_FLOOR,
     PICKUP_P99_FLOOR,
@@ -27,7 +30,7 @@ from bench.report import (
     render_facts,
     render_table,
 )
-from bench.server import BenchError, ServerOptions, ServerReport
+from bench.server import BenchError, ProcessReport, ServerOptions
 from bench.submit import batch_submit, single_submit
 from bench.throughput import resumed, streamed
 from core.errors import JobDeckError
@@ -40,6 +43,10 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...]]] = {
     "single": ("single submit over HTTP, sequential and concurrent, with GET /healthz", (single_submit,)),
     "e2e": ("end-to-end no-op throughput with the local agent", (streamed, resumed)),
     "pickup": ("pick-up latency at a steady submit rate", (due_now, due_later)),
+    "agent": (
+        "one remote agent process: no-op throughput (local agent as baseline), 10,000 sleeping jobs and its RSS",
+        (noop_remote, sleepers),
+    ),
 }
 LOG_LINES_SHOWN = 8
 # What a benchmark may fail with when the server misbehaves: reported, and the next one runs.
@@ -80,8 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", metavar="NAME[,NAME]", help=f"run only these ({', '.join(BENCHMARKS)})")
     p.add_argument("--quick", action="store_true", help="a short smoke run of each benchmark (flags below still apply)")
     g = p.add_argument_group("scale (defaults keep a whole run under ~3 minutes)")
-    g.add_argument("--jobs", type=int, dest="e2e_jobs", help=f"jobs of each e2e run (default {d.e2e_jobs:,})")
-    g.add_argument("--slots", type=int, dest="e2e_slots", help=f"local agent slots in e2e (default {d.e2e_slots})")
+    g.add_argument("--jobs", type=int, dest="e2e_jobs",
+                   help=f"jobs of each e2e and agent no-op run (default {d.e2e_jobs:,})")  # fmt: skip
+    g.add_argument("--slots", type=int, dest="e2e_slots",
+                   help=f"agent slots in e2e and agent no-op (default {d.e2e_slots})")  # fmt: skip
     g.add_argument("--batch-size", type=_batch_size, help=f"jobs per batch call (default {d.batch_size:,})")
     g.add_argument("--batches", type=int, help=f"timed batch calls (default {d.batches})")
     g.add_argument("--seconds", type=float, dest="single_seconds",
@@ -97,10 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
         dest="pickup_lead",
         help=f"run_at lead of the 2nd pick-up run, s (default {d.pickup_lead})",
     )
+    g.add_argument("--sleepers", type=int, help=f"sleeping jobs at once in one agent (default {d.sleepers:,})")
+    g.add_argument("--sleep", type=float, dest="sleep_seconds",
+                   help=f"seconds each sleeper sleeps; must outlast starting them all (default {d.sleep_seconds:g})")  # fmt: skip
     g = p.add_argument_group("output")
     g.add_argument("--profile", type=Path, metavar="DIR",
-                   help="record every server with py-spy into DIR and print its hot spots (pip install py-spy)")  # fmt: skip
-    g.add_argument("--keep", action="store_true", help="keep the servers' data dirs and logs (kept anyway on errors)")
+                   help="record every server and agent process with py-spy into DIR and print its hot spots "
+                        "(pip install py-spy)")  # fmt: skip
+    g.add_argument(
+        "--keep", action="store_true", help="keep the data dirs and logs of servers and agents (kept anyway on errors)"
+    )
     g.add_argument("--tmp", type=Path, help="where the data dirs go (default: the system temp dir)")
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
@@ -136,29 +151,29 @@ async def run(ctx: RunContext, names: Sequence[str]) -> tuple[list[Figure], list
     return figures, errors
 
 
-def _server_section(reports: Sequence[ServerReport]) -> list[str]:
+def _server_section(reports: Sequence[ProcessReport]) -> list[str]:
     out = []
     for r in reports:
         where = f"  (kept: {r.data_dir})" if r.kept else ""
         status = "" if r.exit_code in (0, None) else f", exit code {r.exit_code}"
         if r.issues or status:
-            out.append(f"server {r.name!r}: {len(r.issues)} warning/error line(s) in its log{status}{where}")
+            out.append(f"{r.kind} {r.name!r}: {len(r.issues)} warning/error line(s) in its log{status}{where}")
             out += [f"    {line[:220]}" for line in r.issues[:LOG_LINES_SHOWN]]
             if len(r.issues) > LOG_LINES_SHOWN:
                 out.append(f"    ... {len(r.issues) - LOG_LINES_SHOWN} more in {r.log_path}")
         elif r.kept:
-            out.append(f"server {r.name!r}: clean log{where}")
-    return out or ["every server log was clean (no WARNING / ERROR / Traceback lines) and every server exited 0"]
+            out.append(f"{r.kind} {r.name!r}: clean log{where}")
+    return out or ["every log was clean (no WARNING / ERROR / Traceback lines) and every process exited 0"]
 
 
 def _run_loop(coro: Coroutine[Any, Any, Any]) -> Any:
     # The client runs on uvloop when it can (as `jobdeck` does): less client CPU per request.
+    # (The import alone is tried: an ImportError raised by the run itself must not start it twice.)
     try:
         import uvloop
-
-        return uvloop.run(coro)
     except ImportError:
         return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -187,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     facts.append(("load after", load_average()))
     floors = (f"batch submit {BATCH_SUBMIT_FLOOR} jobs/s; e2e no-op {E2E_FLOOR} jobs/s; "
-              f"pick-up p99 {PICKUP_P99_FLOOR} ms at 200 jobs/s")  # fmt: skip
+              f"pick-up p99 {PICKUP_P99_FLOOR} ms at 200 jobs/s; no-op through 1 agent process {AGENT_NOOP_FLOOR} "
+              f"jobs/s; 10,000 sleepers at once in 1 agent process, its RSS {AGENT_RSS_FLOOR} MB")  # fmt: skip
     lines = [
         "",
         render_facts("JobDeck benchmarks", [*facts, ("floors", floors), ("run", f"{elapsed:.0f} s, {scale}")]),
@@ -198,6 +214,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     for r in options.reports:
         if r.profile:
-            lines += ["", f"py-spy hot spots of server {r.name!r}:", r.profile]
+            lines += ["", f"py-spy hot spots of {r.kind} {r.name!r}:", r.profile]
     print("\n".join(lines), flush=True)
     return 1 if errors else 0

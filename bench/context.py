@@ -7,7 +7,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
-from bench.server import Server, ServerOptions, jobdeck_server
+from bench.server import Process, Server, ServerOptions, jobdeck_agent, jobdeck_server
 from bench.workload import BenchClient
 
 
@@ -19,18 +19,22 @@ class Scale:
     batches: int = 5  # timed batch calls, after one untimed warm-up call
     single_seconds: float = 4.0  # per single-submit / healthz measurement
     concurrency: int = 16  # concurrent clients of the second single-submit measurement
-    e2e_jobs: int = 50_000
-    e2e_slots: int = 512
+    e2e_jobs: int = 50_000  # also the jobs of the remote agent's no-op run
+    e2e_slots: int = 512  # also the slots of that remote agent
     pickup_rate: float = 200.0  # jobs per second
     pickup_seconds: float = 15.0
     pickup_lead: float = 0.3  # run_at this far in the future, in the second pick-up run
     pickup_slots: int = 64
+    sleepers: int = 10_000  # sleeping jobs running at once in one remote agent
+    sleep_seconds: float = 15.0  # how long each sleeps: well beyond the time to start them all
     poll_seconds: float = 0.5  # how often completion is polled
     stall_seconds: float = 30.0  # no progress for this long: the jobs are reported stuck
 
     def quick(self) -> Scale:
         """A smoke run: every benchmark, a few seconds each."""
-        return replace(self, batches=2, single_seconds=1.0, e2e_jobs=5_000, pickup_seconds=3.0)
+        return replace(
+            self, batches=2, single_seconds=1.0, e2e_jobs=5_000, pickup_seconds=3.0, sleepers=2_000, sleep_seconds=5.0
+        )
 
 
 @dataclass
@@ -52,3 +56,17 @@ class RunContext:
         async with jobdeck_server(name, slots, self.servers) as srv, BenchClient(srv.url) as client:
             self.progress(f"server {name!r} up at {srv.url} (pid {srv.pid}, {slots} slots)")
             yield srv, client
+
+    @contextlib.asynccontextmanager
+    async def remote(self, name: str, slots: int) -> AsyncIterator[tuple[Server, Process, BenchClient]]:
+        """A fresh `jobdeck server` (no local agent), one `jobdeck agent` process with `slots` slots
+        registered with it, and a client connected to the server."""
+        async with (
+            jobdeck_server(name, 0, self.servers, command="server") as srv,
+            BenchClient(srv.url) as client,
+            jobdeck_agent(name, srv.url, slots, self.servers) as agent,
+        ):
+            self.progress(
+                f"server {name!r} up at {srv.url} (pid {srv.pid}), agent registered (pid {agent.pid}, {slots} slots)"
+            )
+            yield srv, agent, client

@@ -32,6 +32,8 @@ class Floor:
 BATCH_SUBMIT_FLOOR = Floor(">=", 30_000)
 E2E_FLOOR = Floor(">=", 5_000)
 PICKUP_P99_FLOOR = Floor("<=", 10.0)
+AGENT_NOOP_FLOOR = Floor(">=", 3_000)  # jobs/s through one remote agent process
+AGENT_RSS_FLOOR = Floor("<=", 500)  # MB, peak RSS of one agent process running 10,000 sleeping jobs
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""One real `jobdeck up` server as a subprocess: start, wait until healthy, account CPU, stop, scan the log."""
+"""JobDeck processes started by a benchmark: a server (`jobdeck up` / `jobdeck server`) or a remote
+agent (`jobdeck agent`). Start, wait until ready, account CPU and memory, stop, scan the log."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, TypeVar
 
 import httpx
 
@@ -22,11 +24,12 @@ from bench.profile import Profiler
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_LINE = re.compile(r"JobDeck is up: API (http://\S+)")
-# What in a server log is worth a reader's attention after a benchmark.
+# What in a log is worth a reader's attention after a benchmark.
 LOG_ISSUE = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback|Exception")
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 _TICK = os.sysconf("SC_CLK_TCK")
+T = TypeVar("T")
 
 
 class BenchError(Exception):
@@ -34,36 +37,45 @@ class BenchError(Exception):
 
 
 @dataclass
-class ServerReport:
-    """What is left of a server after it stopped: where its files are, and what its log says."""
+class ProcessReport:
+    """What is left of a process after it stopped: where its files are, and what its log says."""
 
     name: str
     data_dir: Path
     log_path: Path
+    kind: str = "server"  # or "agent"
     exit_code: int | None = None
     issues: list[str] = field(default_factory=list)
     profile: str = ""
     kept: bool = False
 
 
+@dataclass(frozen=True)
+class Memory:
+    """A process's resident memory now and at its peak (VmRSS, VmHWM), in MB (10^6 bytes)."""
+
+    rss: float
+    peak: float
+
+
 @dataclass
-class Server:
-    """A running server."""
+class Process:
+    """A running JobDeck process."""
 
     name: str
-    url: str
     process: subprocess.Popen[bytes]
-    report: ServerReport
+    report: ProcessReport
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def cpu(self) -> tuple[float, float]:
-        """CPU seconds used so far by (the event-loop thread, every other thread) of the server.
+        """CPU seconds used so far by (the event-loop thread, every other thread) of the process.
 
-        The main thread runs the event loop (HTTP, engine, local agent); the others are the
-        SQLite writer and the reader pool. Splitting them shows which one saturates.
+        The main thread runs the event loop (a server's HTTP, engine and local agent; an agent's
+        jobs); the others are a server's SQLite writer and reader pool, an agent's thread pool
+        for sync tasks. Splitting them shows which one saturates.
         """
         main = other = 0.0
         for task in Path(f"/proc/{self.pid}/task").iterdir():
@@ -79,6 +91,22 @@ class Server:
                 other += seconds
         return main, other
 
+    def memory(self) -> Memory:
+        """Resident memory now and the high-water mark since the process started (/proc/PID/status)."""
+        kb: dict[str, int] = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                kb[key] = int(value.split()[0])  # "kB" in the file, which means KiB
+        return Memory(kb["VmRSS"] * 1024 / 1e6, kb["VmHWM"] * 1024 / 1e6)
+
+
+@dataclass
+class Server(Process):
+    """A running server and the URL of its API."""
+
+    url: str
+
 
 @dataclass
 class CpuUsage:
@@ -88,63 +116,114 @@ class CpuUsage:
     server_main: float
     server_threads: float
     client: float
+    agent_main: float | None = None  # None: no remote agent was measured
+    agent_threads: float = 0.0
 
     def note(self) -> str:
         def pct(cpu: float) -> str:
             return f"{100 * cpu / self.wall:.0f}%" if self.wall > 0 else "?"
 
-        return (
-            f"cpu: server loop {pct(self.server_main)} + threads {pct(self.server_threads)}, client {pct(self.client)}"
+        agent = (
+            ""
+            if self.agent_main is None
+            else f", agent loop {pct(self.agent_main)} + threads {pct(self.agent_threads)}"
         )
+        return f"cpu: server loop {pct(self.server_main)} + threads {pct(self.server_threads)}{agent}, client {pct(self.client)}"
 
 
 class CpuMeter:
-    """Measures wall time and the CPU of the server and of this (client) process over an interval."""
+    """Measures wall time and the CPU of the server, of a remote agent if given, and of this (client)
+    process over an interval."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, agent: Process | None = None) -> None:
         self._server = server
-        self._start = (time.perf_counter(), *server.cpu(), time.process_time())
+        self._agent = agent
+        self._start = self._sample()
+
+    def _sample(self) -> tuple[float, ...]:
+        agent = self._agent.cpu() if self._agent is not None else (0.0, 0.0)
+        return (time.perf_counter(), *self._server.cpu(), time.process_time(), *agent)
 
     def stop(self) -> CpuUsage:
-        end = (time.perf_counter(), *self._server.cpu(), time.process_time())
-        wall, main, other, client = (b - a for a, b in zip(self._start, end, strict=True))
-        return CpuUsage(wall, main, other, client)
+        wall, main, other, client, agent_main, agent_other = (
+            b - a for a, b in zip(self._start, self._sample(), strict=True)
+        )
+        return CpuUsage(wall, main, other, client, agent_main if self._agent is not None else None, agent_other)
 
 
 @dataclass
 class ServerOptions:
-    """How every server of a run is started and kept."""
+    """How every process of a run is started and kept."""
 
     tmp_root: Path
     keep: bool = False
     profile_dir: Path | None = None
-    reports: list[ServerReport] = field(default_factory=list)
+    reports: list[ProcessReport] = field(default_factory=list)
 
 
 @contextlib.asynccontextmanager
-async def jobdeck_server(name: str, slots: int, opts: ServerOptions) -> AsyncIterator[Server]:
-    """Run `jobdeck up` with `slots` local agent slots on a fresh data dir for the life of the block.
+async def jobdeck_server(
+    name: str, slots: int, opts: ServerOptions, command: Literal["up", "server"] = "up"
+) -> AsyncIterator[Server]:
+    """Run `jobdeck up` with `slots` local agent slots (or `jobdeck server`: a core node with no
+    local agent) on a fresh data dir for the life of the block.
 
     The port is chosen by the OS (`--port 0`) and read back from the ready line in the log, so
     two runs on a shared machine never race for a port. The server is stopped with SIGINT (a
     graceful shutdown) and killed if it does not stop in time. Its log is scanned afterwards.
     """
-    data_dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=opts.tmp_root))
-    log_path = data_dir / "server.log"
-    report = ServerReport(name, data_dir, log_path)
+
+    def cmd(data_dir: Path) -> list[str]:
+        local = ["--slots", str(slots)] if command == "up" else []
+        return [sys.executable, "-m", "core.cli", command, "--data-dir", str(data_dir), "--port", "0", *local]
+
+    async with _supervised(name, "server", cmd, opts, _wait_ready) as (process, report, url):
+        yield Server(name, process, report, url)
+
+
+@contextlib.asynccontextmanager
+async def jobdeck_agent(name: str, server: str, slots: int, opts: ServerOptions) -> AsyncIterator[Process]:
+    """Run `jobdeck agent --name NAME --slots SLOTS` against the server at `server` for the life of
+    the block; ready once the server lists it among its agents. Stopped as a server is (SIGINT: the
+    agent drains, then exits)."""
+
+    def cmd(_: Path) -> list[str]:
+        return [sys.executable, "-m", "core.cli", "agent", "--server", server, "--name", name, "--slots", str(slots)]
+
+    async def registered(process: subprocess.Popen[bytes], log_path: Path) -> None:
+        await _wait_registered(process, log_path, server, name)
+
+    async with _supervised(name, "agent", cmd, opts, registered) as (process, report, _):
+        yield Process(name, process, report)
+
+
+@contextlib.asynccontextmanager
+async def _supervised(
+    name: str,
+    kind: str,
+    cmd: Callable[[Path], list[str]],
+    opts: ServerOptions,
+    ready: Callable[[subprocess.Popen[bytes], Path], Awaitable[T]],
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], ProcessReport, T]]:
+    """Start `cmd(dir)` with its log in a fresh dir, wait for `ready`, yield; then stop it and scan its log."""
+    data_dir = Path(tempfile.mkdtemp(prefix=f"{name}-{kind}-", dir=opts.tmp_root))
+    log_path = data_dir / f"{kind}.log"
+    report = ProcessReport(name, data_dir, log_path, kind)
     opts.reports.append(report)
-    cmd = [sys.executable, "-m", "core.cli", "up", "--data-dir", str(data_dir), "--port", "0", "--slots", str(slots)]
     with log_path.open("wb") as log:
         # A session of its own: a Ctrl-C in the terminal reaches only the benchmark, which then
-        # stops the server in order (and never leaves it running).
-        process = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # stops the process in order (and never leaves it running).
+        process = subprocess.Popen(
+            cmd(data_dir), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     profiler: Profiler | None = None
     failed = False
     try:
-        url = await _wait_ready(process, log_path)
+        value = await ready(process, log_path)
         if opts.profile_dir is not None:
-            profiler = Profiler.start(process.pid, opts.profile_dir / f"{name}.txt")
-        yield Server(name, url, process, report)
+            suffix = "" if kind == "server" else f".{kind}"
+            profiler = Profiler.start(process.pid, opts.profile_dir / f"{name}{suffix}.txt")
+        yield process, report, value
     except Exception:  # not on Ctrl-C (a cancellation): nothing went wrong then
         failed = True  # keep the data dir: the store shows what state the jobs were left in
         raise
@@ -174,6 +253,20 @@ async def _wait_ready(process: subprocess.Popen[bytes], log_path: Path) -> str:
                         return url
             await asyncio.sleep(0.05)
     raise BenchError(f"the server did not become healthy within {START_TIMEOUT:.0f} s; see {log_path}")
+
+
+async def _wait_registered(process: subprocess.Popen[bytes], log_path: Path, server: str, name: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    async with httpx.AsyncClient(timeout=2.0) as http:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise BenchError(f"the agent exited with {process.returncode} at start; see {log_path}")
+            with contextlib.suppress(httpx.HTTPError):
+                agents = (await http.get(f"{server}/v1/agents")).json()["agents"]
+                if any(a["name"] == name for a in agents):
+                    return
+            await asyncio.sleep(0.05)
+    raise BenchError(f"the agent did not register within {START_TIMEOUT:.0f} s; see {log_path}")
 
 
 async def _stop(process: subprocess.Popen[bytes]) -> int | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.context import RunContext
 from bench.report import E2E_FLOOR, Figure
-from bench.server import CpuMeter, Server
+from bench.server import CpuMeter, Process, Server
 from bench.workload import (
     BenchClient,
     last_event_time,
@@ -49,21 +49,33 @@ async def streamed(ctx: RunContext) -> list[Figure]:
 
 async def resumed(ctx: RunContext) -> list[Figure]:
     """Store every job in a paused queue, then resume it; the clock runs from the resume."""
-    s = ctx.scale
-    async with ctx.server("e2e-resumed", s.e2e_slots) as (srv, client):
-        await open_paused_queue(client, QUEUE)
-        await submit_in_batches(client, [noop_job(QUEUE)] * s.e2e_jobs, s.batch_size)
-        await wait_for_state(client, QUEUE, "queued", s.e2e_jobs, poll=s.poll_seconds, stall=s.stall_seconds)
-        rate, note = await _run_until_succeeded(ctx, srv, client, lambda: client.queue_action(QUEUE, "resume"))
+    async with ctx.server("e2e-resumed", ctx.scale.e2e_slots) as (srv, client):
+        rate, note = await run_resumed(ctx, srv, client)
     return [Figure(NAME, "pre-submitted, resume -> all succeeded", rate, "jobs/s", E2E_FLOOR, note)]
 
 
+async def run_resumed(
+    ctx: RunContext, srv: Server, client: BenchClient, agent: Process | None = None
+) -> tuple[float, str]:
+    """The resumed run on a server that is up: (jobs/s, a note). `agent`: the remote agent process
+    that runs the jobs, if not the server's local agent (its CPU goes in the note)."""
+    s = ctx.scale
+    await open_paused_queue(client, QUEUE)
+    await submit_in_batches(client, [noop_job(QUEUE)] * s.e2e_jobs, s.batch_size)
+    await wait_for_state(client, QUEUE, "queued", s.e2e_jobs, poll=s.poll_seconds, stall=s.stall_seconds)
+    return await _run_until_succeeded(ctx, srv, client, lambda: client.queue_action(QUEUE, "resume"), agent)
+
+
 async def _run_until_succeeded(
-    ctx: RunContext, srv: Server, client: BenchClient, start: Callable[[], Coroutine[Any, Any, Any]]
+    ctx: RunContext,
+    srv: Server,
+    client: BenchClient,
+    start: Callable[[], Coroutine[Any, Any, Any]],
+    agent: Process | None = None,
 ) -> tuple[float, str]:
     """Start the clock, run `start` while polling, stop at the last success; (jobs/s, a note)."""
     s = ctx.scale
-    meter = CpuMeter(srv)
+    meter = CpuMeter(srv, agent)
     t0 = time.time()
     async with asyncio.TaskGroup() as tg:  # if either fails, the other is cancelled
         tg.create_task(start())

@@ -11,6 +11,7 @@ from bench.server import BenchError
 from core.client import JobDeckClient, Json
 
 NOOP_TASK: Json = {"kind": "python", "function": "agents.builtin:noop"}
+SLEEP_FUNCTION = "agents.builtin:sleep"
 # States a no-op job must never reach in a benchmark: seeing one means the server is broken.
 BAD_STATES = ("failed", "dead")
 
@@ -18,6 +19,11 @@ BAD_STATES = ("failed", "dead")
 def noop_job(queue: str, **fields: Any) -> Json:
     """A job spec that runs `agents.builtin:noop` (measures the scheduler, not the work)."""
     return {"task": NOOP_TASK, "queue": queue, **fields}
+
+
+def sleep_job(queue: str, seconds: float) -> Json:
+    """A job spec that runs `agents.builtin:sleep` (an asyncio sleep: a job that holds a slot, not a thread)."""
+    return {"task": {"kind": "python", "function": SLEEP_FUNCTION, "args": [seconds]}, "queue": queue}
 
 
 def epoch(iso: str) -> float:

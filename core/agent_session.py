@@ -93,7 +93,7 @@ class AgentSession:
                     await self.engine.heartbeat(self, [(int(j), int(a)) for j, a in msg.get("running", [])])
                 elif kind == "output":
                     self.engine.record_output(self, msg["chunks"])
-                elif kind == "draining" or kind == "draining":
+                elif kind == "draining":
                     self.draining = True
                 elif kind == "hand_back":
                     await self.engine.hand_back(self, msg["jobs"])

@@ -192,7 +192,10 @@ class JobDeckClient:
         """Open the agent protocol's WebSocket (`/v1/agents`) to this node."""
         url = self.server.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/v1/agents"
         headers = {"authorization": f"Bearer {self._token}"} if self._token else None
-        ws = await websockets.connect(url, max_size=2**25, open_timeout=10, additional_headers=headers)
+        # No per-message compression: it cost the agent ~5% of its CPU for little gain on loopback/LANs.
+        ws = await websockets.connect(
+            url, max_size=2**25, open_timeout=10, additional_headers=headers, compression=None
+        )
         return WebSocketChannel(ws)
 
     async def drain_agent(self, name: str) -> Json:

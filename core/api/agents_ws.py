@@ -39,7 +39,7 @@ class WebSocketChannel:
         return msg
 
     async def close(self) -> None:
-        with contextlib.suppress(RuntimeError, OSError):
+        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
             await self.ws.close()
 
 

@@ -45,3 +45,9 @@ class Namespace:
     @staticmethod
     def nested(x: int) -> int:
         return x * 2
+
+
+async def big_result(size: int, wait: float = 0.5) -> str:
+    """Return `size` bytes after a pause (many finishing together make a large result batch)."""
+    await asyncio.sleep(wait)
+    return "x" * size

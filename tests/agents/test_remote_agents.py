@@ -360,3 +360,24 @@ async def test_a_wrong_server_url_is_one_clear_error() -> None:
         with pytest.raises(Unavailable) as err:
             await c.agents()
     assert "cannot reach JobDeck at http://127.0.0.1:9" in err.value.message
+
+
+async def test_many_large_results_arrive_whole_and_an_oversized_one_is_noted(
+    server: ServerProcess, client: JobDeckClient, agents: Agents
+) -> None:
+    agents.start(server.url, "bulky", "--slots", "600")
+    await wait_agents(client, "bulky")
+    big = {"kind": "python", "function": "tests.agents.tasks_for_tests:big_result", "args": [50_000]}
+    ids = (await client.submit_batch([{"task": big}] * 500))["ids"]  # ~25 MB of results at once
+
+    async def all_done() -> bool:
+        return (await client.stats())["by_state"].get("succeeded", 0) == 500
+
+    await until(all_done, 60, "500 jobs with 50 kB results to succeed")
+    for i in ids[:5] + ids[-5:]:
+        assert len((await client.get_job(i))["result"]) == 50_000
+    for i in ids[::25]:
+        assert len(await client.attempts(i)) == 1, f"job {i}: no result may be lost and the job rerun"
+    huge = await client.submit({"task": {**big, "args": [1_000_000]}})
+    done = await client.wait_for(huge["id"], timeout=20)
+    assert done["state"] == "succeeded" and "not kept" in done["result"], str(done["result"])[:200]
