@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -32,7 +33,7 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, int]]) -
             s = ",".join(f"{k}={x}" for k, x in v.items()) or "-"
         elif isinstance(v, (list, tuple)):
             s = ",".join(map(str, v)) or "-"
-        elif isinstance(v, str) and len(v) >= 26 and v[10] == "T" and v[4] == "-":
+        elif isinstance(v, str) and len(v) >= 25 and v[10] == "T" and v[4] == v[7] == "-":
             s = v[:19].replace("T", " ")  # an ISO time: to the second is enough in a table
         else:
             s = str(v)
@@ -51,9 +52,13 @@ def _print(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> 
 
 
 def _job_line(j: dict[str, Any]) -> str:
-    return f"job {j['id']} {j['name']!r} on queue {j['queue']}: {j['state']}" + (
-        " (cancel requested)" if j.get("cancel_requested") else ""
-    )
+    notes = [
+        "cancel requested" if j.get("cancel_requested") else "",
+        f"waiting: {j['waiting_for']}" if j.get("waiting_for") else "",
+        "an earlier job with this idempotency key" if j.get("deduplicated") else "",
+    ]
+    extra = "; ".join(n for n in notes if n)
+    return f"job {j['id']} {j['name']!r} on queue {j['queue']}: {j['state']}" + (f" ({extra})" if extra else "")
 
 
 def _job_detail(data: dict[str, Any]) -> str:
@@ -76,11 +81,25 @@ def _job_detail(data: dict[str, Any]) -> str:
 # ------------------------------------------------------------------ job specs from flags
 
 
+def _pairs(items: list[str] | None, sep: str, flag: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, found, value = item.partition(sep)
+        if not found or not key.strip():
+            raise JobDeckError(f"{flag} {item!r} must look like NAME{sep}VALUE")
+        out[key.strip()] = value.strip() if sep == ":" else value
+    return out
+
+
 def _job_spec(args: argparse.Namespace) -> dict[str, Any]:
+    kinds = [k for k, given in (("-- COMMAND", args.argv), ("--sh", args.sh), ("--http", args.http),
+                                ("--python", args.python)) if given]  # fmt: skip
+    if len(kinds) > 1:
+        raise JobDeckError(f"say one thing to run, not {' and '.join(kinds)}")
     if args.http:
         task: dict[str, Any] = {"kind": "http", "method": args.method, "url": args.http}
         if args.header:
-            task["headers"] = dict(h.split(":", 1) for h in args.header)
+            task["headers"] = _pairs(args.header, ":", "--header")
         if args.body is not None:
             task["body"] = args.body
     elif args.python:
@@ -95,7 +114,7 @@ def _job_spec(args: argparse.Namespace) -> dict[str, Any]:
             "say what to run: `-- COMMAND ARGS`, --sh 'shell string', --http URL or --python module:function"
         )
     if args.env:
-        task["env"] = dict(e.split("=", 1) for e in args.env)
+        task["env"] = _pairs(args.env, "=", "--env")
     if args.cwd:
         task["cwd"] = args.cwd
     spec: dict[str, Any] = {"task": task}
@@ -162,7 +181,14 @@ async def cmd_submit(c: JobDeckClient, args: argparse.Namespace) -> int:
         return 0
     if not args.json:
         print(_job_line(job), flush=True)
-    job = await c.wait_for(job["id"], timeout=args.wait_timeout)
+    try:
+        job = await c.wait_for(job["id"], timeout=args.wait_timeout)
+    except TimeoutError:
+        now = await c.get_job(job["id"])
+        raise JobDeckError(
+            f"job {job['id']} did not finish within {args.wait_timeout:g} s; it is {now['state']} "
+            f"(follow it with: jobdeck jobs tail {job['id']})"
+        ) from None
     attempts = await c.attempts(job["id"])
     _print(args, {"job": job, "attempts": attempts}, _job_detail)
     return 0 if job["state"] == "succeeded" else 1
@@ -274,6 +300,20 @@ SCHEDULE_COLUMNS = (
 )
 
 
+def _schedule_line(s: dict[str, Any]) -> str:
+    when = s["cron"] or (f"every {s['interval']:g} s" if s["interval"] else f"once at {s['at']}")
+    state = "paused" if s["paused"] else f"next fire {s['next_fire_at'] or 'never (no time left)'}"
+    return f"schedule {s['id']} {s['name']!r} ({when}, {s['timezone']}): {state}"
+
+
+def _schedule_detail(s: dict[str, Any]) -> str:
+    lines = [_schedule_line(s)]
+    for k in ("last_fire_at", "fired", "created_at"):
+        lines.append(f"  {k:<13} {s[k] if s[k] is not None else '-'}")
+    lines.append(f"  {'job':<13} {orjson.dumps(s['job']).decode()}")
+    return "\n".join(lines)
+
+
 async def cmd_schedules(c: JobDeckClient, args: argparse.Namespace) -> int:
     action = getattr(args, "schedule_action", None) or "ls"
     if action == "ls":
@@ -285,9 +325,9 @@ async def cmd_schedules(c: JobDeckClient, args: argparse.Namespace) -> int:
             if getattr(args, k) is not None:
                 spec[k] = getattr(args, k)
         s = await c.create_schedule(spec)
-        _print(args, s, lambda s: f"schedule {s['id']} {s['name']!r}: next fire at {s['next_fire_at']}")
+        _print(args, s, _schedule_line)
     elif action == "show":
-        _print(args, await c.get_schedule(args.id), lambda s: orjson.dumps(s, option=orjson.OPT_INDENT_2).decode())
+        _print(args, await c.get_schedule(args.id), _schedule_detail)
     elif action == "preview":
         p = await c.preview(args.id, args.n)
         _print(
@@ -305,11 +345,7 @@ async def cmd_schedules(c: JobDeckClient, args: argparse.Namespace) -> int:
         _print(args, await c.schedule_action(args.id, "run"), _job_line)
     else:
         s = await c.schedule_action(args.id, action)
-        _print(
-            args,
-            s,
-            lambda s: f"schedule {s['id']}: {'paused' if s['paused'] else 'active'}, next fire at {s['next_fire_at']}",
-        )
+        _print(args, s, _schedule_line)
     return 0
 
 
@@ -403,7 +439,8 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
         def ready(url: str) -> None:
             agents = f", local agent with {settings.local_slots} slots" if local_agent else ", no local agents"
             print(f"JobDeck is up: API {url}  (store {settings.sqlite_path}{agents})", flush=True)
-            print(f"  try: jobdeck submit --server {url} -- echo hello   |   docs: {url}/docs", flush=True)
+            hint = "" if url == DEFAULT_SERVER else f"   (another port: export JOBDECK_SERVER={url})"
+            print(f"  try: jobdeck submit -- echo hello{hint}   |   API docs: {url}/docs", flush=True)
 
         await node.serve(ready)
 
@@ -438,10 +475,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
 def _run(coro: Any) -> Any:
     try:
         import uvloop
-
-        return uvloop.run(coro)
     except ImportError:
         return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 # ------------------------------------------------------------------ parser
@@ -600,6 +636,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JobDeckError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `jobdeck jobs ls | head`: the reader has what it wanted
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+        return 0
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
