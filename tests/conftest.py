@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,3 +144,48 @@ def jobdeck_process(tmp_path: Path) -> Iterator[ServerProcess]:
                 sp.proc.wait(15)
             except subprocess.TimeoutExpired:
                 sp.kill()
+
+
+async def until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll `predicate` (sync or async) until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last value {value!r}")
+        await asyncio.sleep(0.02)
+
+
+# A shell job that notes when each run starts and ends, to check that no job ever runs twice at once.
+RECORDER = """
+import os, sys, time
+log = sys.argv[1]
+job, attempt = os.environ["JOBDECK_JOB_ID"], os.environ["JOBDECK_ATTEMPT"]
+def note(what):
+    with open(log, "a") as f:
+        f.write(f"{what} {job} {attempt} {time.time():.6f}\\n")
+note("start")
+print("working", flush=True)
+time.sleep(float(sys.argv[2]))
+note("end")
+"""
+
+
+def recorder_task(tmp_path: Path, seconds: float) -> dict[str, Any]:
+    """A shell task that runs `seconds` and notes its start and end in tmp_path/runs.log."""
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    return {"kind": "shell", "argv": [sys.executable, str(script), str(tmp_path / "runs.log"), str(seconds)]}
+
+
+def recorded_runs(tmp_path: Path) -> list[tuple[str, int, int, float]]:
+    """(start|end, job id, attempt, time) for every note the recorder wrote."""
+    path = tmp_path / "runs.log"
+    if not path.exists():
+        return []
+    rows = (line.split() for line in path.read_text().splitlines())
+    return [(w, int(j), int(a), float(t)) for w, j, a, t in rows]

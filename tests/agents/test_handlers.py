@@ -20,21 +20,13 @@ from agents.handlers.http import run_http
 from agents.handlers.python import run_python
 from agents.handlers.shell import run_shell
 from tests.agents import tasks_for_tests
+from tests.conftest import until
 
 TASKS = "tests.agents.tasks_for_tests"
 
 
 def ctx(**kw: Any) -> RunContext:
     return RunContext(job_id=kw.pop("job_id", 42), attempt=kw.pop("attempt", 2), **kw)
-
-
-async def until(predicate: Any, timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll `predicate` until it is true or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def alive(pid: int) -> bool:

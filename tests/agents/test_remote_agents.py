@@ -19,21 +19,9 @@ import websockets
 
 from core.client import JobDeckClient
 from core.errors import Unavailable
-from tests.conftest import ROOT, ServerProcess, spawn_jobdeck
+from tests.conftest import ROOT, ServerProcess, recorded_runs, recorder_task, spawn_jobdeck, until
 
 LEASE_ENV = {"JOBDECK_LEASE_SECONDS": "2", "JOBDECK_HEARTBEAT_SECONDS": "0.5", "JOBDECK_REAP_INTERVAL_SECONDS": "0.2"}
-RECORDER = """
-import os, sys, time
-log = sys.argv[1]
-job, attempt = os.environ["JOBDECK_JOB_ID"], os.environ["JOBDECK_ATTEMPT"]
-def note(what):
-    with open(log, "a") as f:
-        f.write(f"{what} {job} {attempt} {time.time():.6f}\\n")
-note("start")
-print("working", flush=True)
-time.sleep(float(sys.argv[2]))
-note("end")
-"""
 
 
 @pytest.fixture
@@ -90,17 +78,6 @@ def agents(tmp_path: Path) -> Iterator[Agents]:
         a.stop_all()
 
 
-async def until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {value!r}")
-        await asyncio.sleep(0.05)
-
-
 async def wait_agents(c: JobDeckClient, *names: str) -> None:
     async def present() -> bool:
         return set(names) <= {a["name"] for a in await c.agents()}
@@ -114,19 +91,6 @@ async def wait_state(c: JobDeckClient, job_id: int, state: str, timeout: float =
         return job if job["state"] == state else None
 
     return await until(check, timeout, f"job {job_id} to be {state}")  # type: ignore[no-any-return]
-
-
-def recorder_task(tmp_path: Path, seconds: float) -> dict[str, Any]:
-    script = tmp_path / "recorder.py"
-    script.write_text(RECORDER)
-    return {"kind": "shell", "argv": [sys.executable, str(script), str(tmp_path / "runs.log"), str(seconds)]}
-
-
-def runs(tmp_path: Path) -> list[tuple[str, int, int]]:
-    path = tmp_path / "runs.log"
-    if not path.exists():
-        return []
-    return [(w, int(j), int(a)) for w, j, a, _ in (line.split() for line in path.read_text().splitlines())]
 
 
 class CuttableProxy:
@@ -222,7 +186,7 @@ async def test_a_cut_connection_reconnects_and_no_job_runs_twice(
             assert done["state"] == "succeeded" and done["attempt"] == 1, done
     finally:
         await proxy.close()
-    starts = [(j, a) for w, j, a in runs(tmp_path) if w == "start"]
+    starts = [(j, a) for w, j, a, _ in recorded_runs(tmp_path) if w == "start"]
     assert sorted(starts) == sorted((i, 1) for i in ids), f"each job must run exactly once: {starts}"
     assert "lost the connection" in agents.log("blinky")
 

@@ -13,7 +13,7 @@ import pytest
 from agents.runtime import AgentConfig, AgentRuntime
 from core.client import JobDeckClient
 from core.protocol import PROTOCOL_VERSION, LocalChannel
-from tests.conftest import RunningNode, node_settings, start_node, stop_node
+from tests.conftest import RunningNode, node_settings, start_node, stop_node, until
 
 NOOP = {"kind": "python", "function": "agents.builtin:noop"}
 
@@ -24,18 +24,6 @@ def sleeper(seconds: float) -> dict[str, Any]:
 
 def ts(value: str) -> float:
     return datetime.fromisoformat(value).timestamp()
-
-
-async def until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll an async predicate until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last value {value!r}")
-        await asyncio.sleep(0.02)
 
 
 async def wait_state(client: JobDeckClient, job_id: int, state: str, timeout: float = 10.0) -> dict[str, Any]:

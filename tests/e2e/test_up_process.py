@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from core.client import JobDeckClient
-from tests.conftest import ServerProcess, free_port, spawn_jobdeck
+from tests.conftest import ServerProcess, free_port, recorded_runs, recorder_task, spawn_jobdeck
 
 
 async def _wait_counts(client: JobDeckClient, want: dict[str, int], timeout: float) -> dict[str, int]:
@@ -41,27 +41,11 @@ async def test_thousand_jobs_over_http_all_succeed(jobdeck_process: ServerProces
         assert sample["result"] == {"args": [500], "kwargs": {}}
 
 
-RECORDER = """
-import os, sys, time
-log = sys.argv[1]
-job, attempt = os.environ["JOBDECK_JOB_ID"], os.environ["JOBDECK_ATTEMPT"]
-def note(what):
-    with open(log, "a") as f:
-        f.write(f"{what} {job} {attempt} {time.time():.6f}\\n")
-note("start")
-time.sleep(float(sys.argv[2]))
-note("end")
-"""
-
-
 async def test_sigkill_with_work_in_flight_loses_nothing_and_never_overlaps(tmp_path: Path) -> None:
-    script = tmp_path / "recorder.py"
-    script.write_text(RECORDER)
-    runs = tmp_path / "runs.log"
     env = {"JOBDECK_LEASE_SECONDS": "2", "JOBDECK_HEARTBEAT_SECONDS": "0.5", "JOBDECK_REAP_INTERVAL_SECONDS": "0.2"}
     data, port = tmp_path / "data", free_port()
     server = spawn_jobdeck(data, "up", "--slots", "20", port=port, env=env)
-    task = {"kind": "shell", "argv": [sys.executable, str(script), str(runs), "0.5"]}
+    task = recorder_task(tmp_path, 0.5)
     try:
         async with JobDeckClient(server.url) as c:
             await c.submit_batch([{"task": task, "name": f"rec-{i}"} for i in range(220)])
@@ -77,14 +61,13 @@ async def test_sigkill_with_work_in_flight_loses_nothing_and_never_overlaps(tmp_
     finally:
         server.proc.terminate()
         server.proc.wait(15)
-    spans: dict[str, list[tuple[float, float]]] = {}
-    starts: dict[tuple[str, str], float] = {}
-    for line in runs.read_text().splitlines():
-        what, job, attempt, t = line.split()
+    spans: dict[int, list[tuple[float, float]]] = {}
+    starts: dict[tuple[int, int], float] = {}
+    for what, job, attempt, t in recorded_runs(tmp_path):
         if what == "start":
-            starts[(job, attempt)] = float(t)
+            starts[(job, attempt)] = t
         else:
-            spans.setdefault(job, []).append((starts.pop((job, attempt)), float(t)))
+            spans.setdefault(job, []).append((starts.pop((job, attempt)), t))
     for (job, _), t in starts.items():  # runs cut off by the kill never wrote "end"
         spans.setdefault(job, []).append((t, killed_at))
     assert len(spans) == 220
