@@ -11,7 +11,7 @@ from core.model import Job
 from core.protocol import Channel, ChannelClosed, Message
 
 if TYPE_CHECKING:
-    from core.engine import Engine
+    from core.agent_hub import AgentHub
 
 log = logging.getLogger("jobdeck.agents")
 
@@ -32,8 +32,8 @@ def assignment(job: Job) -> Message:
 class AgentSession:
     """One registered agent as the engine sees it."""
 
-    def __init__(self, engine: Engine, channel: Channel, hello: Message) -> None:
-        self.engine = engine
+    def __init__(self, hub: AgentHub, channel: Channel, hello: Message) -> None:
+        self.hub = hub
         self.channel = channel
         self.name = str(hello["name"])
         self.instance = str(hello.get("instance", ""))
@@ -87,16 +87,16 @@ class AgentSession:
                 self.last_heartbeat = time.time()  # any message shows the agent is alive
                 kind = msg.get("type")
                 if kind == "result":
-                    await self.engine.finish_attempts(self, msg["results"])
+                    await self.hub.finish_attempts(self, msg["results"])
                 elif kind == "heartbeat":
                     self.last_heartbeat = time.time()
-                    await self.engine.heartbeat(self, [(int(j), int(a)) for j, a in msg.get("running", [])])
+                    await self.hub.heartbeat(self, [(int(j), int(a)) for j, a in msg.get("running", [])])
                 elif kind == "output":
-                    self.engine.record_output(self, msg["chunks"])
+                    self.hub.record_output(self, msg["chunks"])
                 elif kind == "draining":
                     self.draining = True
                 elif kind == "hand_back":
-                    await self.engine.hand_back(self, msg["jobs"])
+                    await self.hub.hand_back(self, msg["jobs"])
                 else:
                     log.warning("agent %s sent an unknown message type %r", self.name, kind)
         except (ChannelClosed, asyncio.CancelledError, ConnectionError):

@@ -414,7 +414,7 @@ def attach_local_agent(node: Node, name: str | None = None) -> None:
     )
     runtime = AgentRuntime(config)
     if getattr(node.store, "single_node", False):
-        node.spawn(node.engine.reclaim_orphans("local-", config.name), "reclaim-orphans")
+        node.spawn(node.engine.hub.reclaim_orphans("local-", config.name), "reclaim-orphans")
     node.spawn(node.engine.attach_agent(core_end), "local-agent-session")
     node.spawn(runtime.serve(agent_end), "local-agent")
     node.on_stop(lambda: runtime.shutdown(settings.shutdown_grace_seconds), hurry=runtime.hurry)

@@ -10,39 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
-from core.agent_session import AgentSession
+from core.agent_hub import AgentHub
 from core.bus import Bus
 from core.config import Settings
-from core.errors import Conflict, JobDeckError, NotFound
+from core.errors import Conflict, JobDeckError
 from core.model import (
     Job,
     Policy,
-    RunResult,
     build_job,
     decide_cancel,
-    decide_finish,
-    decide_hand_back,
     decide_lease_expired,
-    decide_lost,
     decide_pause,
     decide_priority,
     decide_resume,
     decide_retry,
-    labels_satisfied,
-    labels_text,
     utcnow,
 )
-from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed
+from core.protocol import Channel, ChannelClosed
 from core.schedule import Schedule, next_fire_times
-from core.store.base import ClaimRequest, Decide, JobFilter, Store, ephemeral_event
+from core.store.base import ClaimRequest, Decide, Store
 
 log = logging.getLogger("jobdeck.engine")
 
@@ -60,21 +52,20 @@ class Engine:
         self.settings = settings
         self.clock = clock
         self.policy = Policy(settings.aging_seconds_per_priority, settings.lease_seconds)
-        self.sessions: dict[str, AgentSession] = {}
-        self.live_output: dict[tuple[int, int], str] = {}  # (job, attempt) -> tail of a running job
-        self._queue_settings: dict[str, tuple[bool, int | None]] = {}
+        self.queue_settings: dict[str, tuple[bool, int | None]] = {}
         self._wake_dispatch = asyncio.Event()
         self._wake_promote = asyncio.Event()
         self._wake_schedules = asyncio.Event()
-        self._next_promote_at = 0.0
+        self.next_promote_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self.started_at = self.clock()
+        self.hub = AgentHub(self)
 
     # ------------------------------------------------------------ life
 
     async def start(self) -> None:
         """Load queue settings and start the loops."""
-        self._queue_settings = await self.store.queue_settings()  # type: ignore[attr-defined]
+        self.queue_settings = await self.store.queue_settings()  # type: ignore[attr-defined]
         loops = (self._dispatch_loop, self._promote_loop, self._reap_loop, self._schedule_loop, self._prune_loop,
                  self._bus_loop)  # fmt: skip
         self._tasks = [asyncio.create_task(self._guard(loop), name=f"jobdeck-{loop.__name__}") for loop in loops]
@@ -104,6 +95,14 @@ class Engine:
         """Tell the dispatcher there may be work or room."""
         self._wake_dispatch.set()
 
+    def wake_promoter(self) -> None:
+        """Tell the promoter a job may be due sooner than it thought."""
+        self._wake_promote.set()
+
+    async def attach_agent(self, channel: Channel) -> None:
+        """Serve one agent on `channel` until it disconnects (see AgentHub.attach)."""
+        await self.hub.attach(channel)
+
     # ------------------------------------------------------------ jobs
 
     async def submit(self, specs: Sequence[dict[str, Any]]) -> list[tuple[Job, bool]]:
@@ -118,10 +117,10 @@ class Engine:
         for j in jobs:
             if j.state == "queued":
                 self._wake_dispatch.set()
-            elif j.state == "scheduled" and j.run_at < self._next_promote_at:
+            elif j.state == "scheduled" and j.run_at < self.next_promote_at:
                 self._wake_promote.set()
-            if j.queue not in self._queue_settings:
-                self._queue_settings[j.queue] = (False, None)
+            if j.queue not in self.queue_settings:
+                self.queue_settings[j.queue] = (False, None)
 
     async def _change_one(self, job_id: int, decide: Decide) -> Job:
         result = (await self.store.change_jobs({job_id: decide}))[job_id]
@@ -129,7 +128,7 @@ class Engine:
             raise result
         return result
 
-    async def _change_many(self, job_ids: Sequence[int], decide: Decide) -> dict[int, Job | JobDeckError]:
+    async def change_many(self, job_ids: Sequence[int], decide: Decide) -> dict[int, Job | JobDeckError]:
         return await self.store.change_jobs(dict.fromkeys(job_ids, decide))
 
     def _now_decision(self, fn: Callable[..., Any], *args: Any) -> Decide:
@@ -162,18 +161,12 @@ class Engine:
         self._wake_dispatch.set()
         return job
 
-    async def _send_cancel(self, agent: str | None, job_id: int, attempt: int) -> None:
-        session = self.sessions.get(agent or "")
-        if session is not None and session.running.get(job_id) == attempt:
-            with contextlib.suppress(ChannelClosed, ConnectionError):
-                await session.cancel(job_id, attempt)
-
     # ------------------------------------------------------------ queues
 
     async def update_queue(self, name: str, **changes: Any) -> dict[str, Any]:
         """Pause / resume a queue or set its concurrency limit."""
         view = await self.store.update_queue(name, changes, self.clock())
-        self._queue_settings[name] = (view["paused"], view["concurrency"])
+        self.queue_settings[name] = (view["paused"], view["concurrency"])
         self._wake_dispatch.set()
         return view
 
@@ -235,163 +228,6 @@ class Engine:
 
     # ------------------------------------------------------------ agents
 
-    async def attach_agent(self, channel: Channel) -> None:
-        """Serve one agent on `channel` until it disconnects: check its registration, take back
-        the jobs it still runs (stopping any whose lease was lost meanwhile), then serve it."""
-        hello = await channel.recv()
-        problem = self._registration_problem(hello)
-        if problem is None and hello["name"] in self.sessions:
-            old = self.sessions[hello["name"]]
-            if old.instance == hello.get("instance"):
-                await old.channel.close()  # the same process reconnected before we saw it leave
-                self.sessions.pop(old.name, None)
-            else:
-                problem = (
-                    f"an agent named {old.name!r} is connected already (from {old.host}, pid {old.pid}); use --name"
-                )
-        if problem is not None:
-            log.warning("refused an agent: %s", problem)
-            with contextlib.suppress(ChannelClosed, ConnectionError):
-                await channel.send({"type": "error", "message": problem})
-                await channel.close()
-            return
-        session = AgentSession(self, channel, hello)
-        self.sessions[session.name] = session
-        await channel.send(
-            {"type": "welcome", "protocol": PROTOCOL_VERSION, "lease_seconds": self.policy.lease_seconds}
-        )
-        await self._adopt(session, [(int(j), int(a)) for j, a in hello.get("running") or []])
-        await self.store.record_event("agent.connected", {"agent": session.to_dict()})
-        self._wake_dispatch.set()
-        try:
-            await session.serve()
-        finally:
-            if self.sessions.get(session.name) is session:
-                del self.sessions[session.name]
-            # Its jobs keep their leases: if it comes back it goes on, if not the reaper takes them.
-            with contextlib.suppress(Exception):
-                await self.store.record_event("agent.disconnected", {"agent": session.name})
-
-    def _registration_problem(self, hello: dict[str, Any]) -> str | None:
-        if hello.get("type") != "register" or not hello.get("name"):
-            return "the first message must be a register message with a name"
-        if hello.get("protocol") != PROTOCOL_VERSION:
-            return (
-                f"this agent speaks protocol {hello.get('protocol')} but the core speaks {PROTOCOL_VERSION}: "
-                "run the same JobDeck version on both"
-            )
-        slots = hello.get("slots")
-        if not isinstance(slots, int) or slots < 0:
-            return f"slots must be a whole number >= 0, not {slots!r}"
-        return None
-
-    async def _adopt(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
-        """Keep the runs the agent still has whose leases are still ours; stop the others."""
-        if not running:
-            return
-        stale = await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
-        for job_id, attempt in running:
-            if (job_id, attempt) not in stale:
-                session.running[job_id] = attempt
-        for job_id, attempt in stale:
-            log.warning(
-                "agent %s still runs job %s attempt %s, whose lease it lost: stopping it", session.name, job_id, attempt
-            )
-            await session.cancel(job_id, attempt)
-
-    async def reclaim_orphans(self, prefix: str, current: str) -> None:
-        """Right after start: runs of this node's earlier local agents (named `prefix`...) died with
-        it, so count them lost now instead of waiting for their leases. Only safe where one node
-        owns the store (the embedded SQLite file is locked by its node)."""
-        running = await self.store.list_jobs(JobFilter(states=("running",)), None, 100_000)
-        orphans = [j.id for j in running if (j.agent or "").startswith(prefix) and j.agent != current]
-        if orphans:
-            reason = "the node restarted during the run (its local agent died with it)"
-            await self._change_many(orphans, lambda job: decide_lost(job, reason, self.clock(), self.policy))
-            log.warning("%d jobs were running when this node last stopped; they are retried", len(orphans))
-            self._wake_promote.set()
-            self._wake_dispatch.set()
-
-    def agents(self) -> list[dict[str, Any]]:
-        """Connected agents with their slots and current jobs."""
-        return [s.to_dict() for s in self.sessions.values()]
-
-    async def drain_agent(self, name: str) -> dict[str, Any]:
-        """Give an agent no new work; it finishes what it runs and stays connected."""
-        session = self.sessions.get(name)
-        if session is None:
-            raise NotFound(f"no agent named {name!r} is connected to this node", field="name")
-        session.draining = True
-        with contextlib.suppress(ChannelClosed, ConnectionError):
-            await session.channel.send({"type": "drain"})
-        await self.store.record_event("agent.draining", {"agent": name})
-        return session.to_dict()
-
-    def waiting_for(self, job: Job) -> str | None:
-        """Why a queued job is not running, when no connected agent could take it; else None."""
-        if job.state != "queued":
-            return None
-        if self._queue_settings.get(job.queue, (False, None))[0]:
-            return f"queue {job.queue!r} is paused"
-        if not self.sessions:
-            return "no agent is connected"
-        serving = [s for s in self.sessions.values() if s.queues is None or job.queue in s.queues]
-        if not serving:
-            return f"no connected agent serves queue {job.queue!r}"
-        able = [s for s in serving if labels_satisfied(job.labels, s.labels)]
-        if not able:
-            return f"no connected agent has the labels {labels_text(job.labels)}"
-        if all(s.draining for s in able):
-            return "every agent that could run it is draining"
-        return None
-
-    async def finish_attempts(self, session: AgentSession, results: list[dict[str, Any]]) -> None:
-        """Record what an agent reports; stale results (wrong attempt) are refused by the decision."""
-        decisions: dict[int, Decide] = {}
-        for r in results:
-            rr = RunResult(**r)
-            decisions[rr.job_id] = functools.partial(self._decide_finish, rr)
-            session.running.pop(rr.job_id, None)
-            self.live_output.pop((rr.job_id, rr.attempt), None)
-        out = await self.store.change_jobs(decisions)
-        for _job_id, res in out.items():
-            if isinstance(res, JobDeckError):
-                log.info("refused a result from %s: %s", session.name, res.message)
-            elif res.state == "failed" and res.run_at < self._next_promote_at:
-                self._wake_promote.set()
-        self._wake_dispatch.set()
-
-    def _decide_finish(self, rr: RunResult, job: Job) -> Any:
-        return decide_finish(job, rr, self.clock(), self.policy)
-
-    async def heartbeat(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
-        """The agent still runs these (job, attempt) pairs: extend their leases. A run whose lease
-        is no longer this agent's (expired and retried elsewhere, or fenced) is told to stop."""
-        stale = await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
-        for job_id, attempt in stale:
-            session.running.pop(job_id, None)
-            await session.cancel(job_id, attempt)
-
-    def record_output(self, session: AgentSession, chunks: list[list[Any]]) -> None:
-        """Live output of running jobs: kept as a tail per attempt and streamed on the feed."""
-        events = []
-        for job_id, attempt, text in chunks:
-            tail = self.live_output.setdefault((int(job_id), int(attempt)), "") + text
-            self.live_output[(int(job_id), int(attempt))] = tail[-self.settings.output_tail_bytes :]
-            events.append(ephemeral_event("job.output", int(job_id), {"attempt": attempt, "text": text}))
-        self.bus.publish(events)
-
-    async def hand_back(self, session: AgentSession, jobs: list[list[int]]) -> None:
-        """The agent returns jobs it did not start."""
-        decisions: dict[int, Decide] = {}
-        for job_id, attempt in jobs:
-            session.running.pop(job_id, None)
-            decisions[job_id] = functools.partial(
-                lambda a, job: decide_hand_back(job, a, self.clock(), self.policy), attempt
-            )
-        await self.store.change_jobs(decisions)
-        self._wake_dispatch.set()
-
     # ------------------------------------------------------------ loops
 
     async def _wait(self, event: asyncio.Event, timeout: float) -> None:
@@ -407,16 +243,16 @@ class Engine:
 
     async def _dispatch_round(self) -> bool:
         """Offer queued jobs to every agent with free slots once; True if any job was assigned."""
-        ready = [s for s in self.sessions.values() if s.free > 0]
+        ready = [s for s in self.hub.sessions.values() if s.free > 0]
         if not ready:
             return False
-        paused = frozenset(q for q, (p, _) in self._queue_settings.items() if p)
-        limited = {q: c for q, (p, c) in self._queue_settings.items() if c is not None and not p}
+        paused = frozenset(q for q, (p, _) in self.queue_settings.items() if p)
+        limited = {q: c for q, (p, c) in self.queue_settings.items() if c is not None and not p}
         running = await self.store.running_counts() if limited else {}
         caps = {q: max(0, c - running.get(q, 0)) for q, c in limited.items()}
         assigned = False
         for s in ready:
-            if s.free <= 0 or s.name not in self.sessions:
+            if s.free <= 0 or s.name not in self.hub.sessions:
                 continue
             req = ClaimRequest(s.name, min(s.free, self.settings.claim_batch), s.queues, paused, caps, s.labels)
             jobs = await self.store.claim_jobs(req, self.clock())
@@ -439,39 +275,27 @@ class Engine:
                 self._wake_dispatch.set()
                 if promoted == PROMOTE_BATCH:
                     continue
-            self._next_promote_at = nxt if nxt is not None else float("inf")
+            self.next_promote_at = nxt if nxt is not None else float("inf")
             delay = SAFETY_POLL if nxt is None else min(SAFETY_POLL, max(0.0, nxt - self.clock()))
             await self._wait(self._wake_promote, delay)
 
     async def _reap_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.reap_interval_seconds)
-            await self._drop_silent_agents()
+            await self.hub.drop_silent_agents()
             ids = await self.store.expired_lease_ids(self.clock(), 1000)
             if not ids:
                 continue
-            out = await self._change_many(ids, lambda job: decide_lease_expired(job, self.clock(), self.policy))
+            out = await self.change_many(ids, lambda job: decide_lease_expired(job, self.clock(), self.policy))
             for job_id, res in out.items():
                 if isinstance(res, Job):
                     log.warning(
                         "job %s: lease expired (agent %s), attempt %s recorded as lost", job_id, res.agent, res.attempt
                     )
-                    for s in self.sessions.values():
+                    for s in self.hub.sessions.values():
                         s.running.pop(job_id, None)
             self._wake_promote.set()
             self._wake_dispatch.set()
-
-    async def _drop_silent_agents(self) -> None:
-        """An agent that has said nothing for a whole lease is lost: close it (its leases run out)."""
-        cutoff = time.time() - self.policy.lease_seconds
-        for s in list(self.sessions.values()):
-            if s.last_heartbeat < cutoff:
-                log.warning(
-                    "agent %s missed its heartbeats for %.0f s: marking it lost", s.name, self.policy.lease_seconds
-                )
-                self.sessions.pop(s.name, None)
-                with contextlib.suppress(Exception):
-                    await s.channel.close()
 
     async def _schedule_loop(self) -> None:
         while True:
@@ -495,13 +319,13 @@ class Engine:
                 events = await sub.get()
                 if sub.overflowed:
                     sub.reset()
-                    self._queue_settings = await self.store.queue_settings()  # type: ignore[attr-defined]
+                    self.queue_settings = await self.store.queue_settings()  # type: ignore[attr-defined]
                     continue
                 for e in events:
                     if e.type.startswith("queue."):
                         q = orjson.loads(e.body)["data"]["queue"]
-                        self._queue_settings[q["name"]] = (q["paused"], q["concurrency"])
+                        self.queue_settings[q["name"]] = (q["paused"], q["concurrency"])
                         self._wake_dispatch.set()
                     elif e.type == "job.cancel_requested":
                         job = orjson.loads(e.body)["data"]["job"]
-                        await self._send_cancel(job["agent"], job["id"], job["attempt"])
+                        await self.hub.send_cancel(job["agent"], job["id"], job["attempt"])

@@ -59,7 +59,7 @@ async def start_node(settings: Settings, *, local_agent: bool = True) -> tuple[N
     url = await asyncio.wait_for(ready, 10)
     if local_agent:
         deadline = time.monotonic() + 5
-        while not node.engine.sessions and time.monotonic() < deadline:
+        while not node.engine.hub.sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
     return node, url, task
 

@@ -21,7 +21,7 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 def view(job: Job, engine: Engine) -> dict[str, Any]:
     """A job as the API shows it, with why it waits when no agent can take it."""
     out = job_to_dict(job)
-    out["waiting_for"] = engine.waiting_for(job)
+    out["waiting_for"] = engine.hub.waiting_for(job)
     return out
 
 
@@ -81,7 +81,7 @@ async def get_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
 @router.get("/jobs/{job_id}/output", summary="The output tail of a job's latest attempt (live while it runs)")
 async def get_output(job_id: int, engine: EngineDep) -> dict[str, Any]:
     job = await engine.store.get_job(job_id)
-    live = engine.live_output.get((job.id, job.attempt)) if job.state == "running" else None
+    live = engine.hub.live_output.get((job.id, job.attempt)) if job.state == "running" else None
     if live is not None:
         text = live
     else:

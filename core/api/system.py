@@ -19,18 +19,18 @@ async def healthz(engine: EngineDep) -> dict[str, Any]:
         "status": "ok",
         "schema_version": getattr(engine.store, "schema_version", None),
         "last_seq": await engine.store.last_seq(),
-        "agents": len(engine.sessions),
+        "agents": len(engine.hub.sessions),
     }
 
 
 @router.get("/v1/agents", summary="Connected agents with their slots and current jobs")
 async def list_agents(engine: EngineDep) -> dict[str, Any]:
-    return {"agents": engine.agents()}
+    return {"agents": engine.hub.describe()}
 
 
 @router.post("/v1/agents/{name}/drain", summary="Give an agent no new work; it finishes what it runs")
 async def drain_agent(name: str, engine: EngineDep) -> dict[str, Any]:
-    return await engine.drain_agent(name)
+    return await engine.hub.drain(name)
 
 
 @router.get("/v1/stats", summary="Counts by state and queue; finished jobs per second over the last minute")

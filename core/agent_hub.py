@@ -1,0 +1,210 @@
+"""Every agent connected to this node: registration, taking back the runs of a reconnecting
+agent, heartbeats, live output, results, draining, and why a job no agent can take waits."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from core.agent_session import AgentSession
+from core.errors import JobDeckError, NotFound
+from core.model import Job, RunResult, decide_finish, decide_hand_back, decide_lost, labels_satisfied, labels_text
+from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed
+from core.store.base import Decide, JobFilter, ephemeral_event
+
+if TYPE_CHECKING:
+    from core.engine import Engine
+
+log = logging.getLogger("jobdeck.agents")
+
+
+class AgentHub:
+    """The agents of one node, as the engine sees them."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.bus = engine.bus
+        self.settings = engine.settings
+        self.policy = engine.policy
+        self.clock = engine.clock
+        self.sessions: dict[str, AgentSession] = {}
+        self.live_output: dict[tuple[int, int], str] = {}  # (job, attempt) -> tail of a running job
+
+    async def attach(self, channel: Channel) -> None:
+        """Serve one agent on `channel` until it disconnects: check its registration, take back
+        the jobs it still runs (stopping any whose lease was lost meanwhile), then serve it."""
+        hello = await channel.recv()
+        problem = self._registration_problem(hello)
+        if problem is None and hello["name"] in self.sessions:
+            old = self.sessions[hello["name"]]
+            if old.instance == hello.get("instance"):
+                await old.channel.close()  # the same process reconnected before we saw it leave
+                self.sessions.pop(old.name, None)
+            else:
+                problem = (
+                    f"an agent named {old.name!r} is connected already (from {old.host}, pid {old.pid}); use --name"
+                )
+        if problem is not None:
+            log.warning("refused an agent: %s", problem)
+            with contextlib.suppress(ChannelClosed, ConnectionError):
+                await channel.send({"type": "error", "message": problem})
+                await channel.close()
+            return
+        session = AgentSession(self, channel, hello)
+        self.sessions[session.name] = session
+        await channel.send(
+            {"type": "welcome", "protocol": PROTOCOL_VERSION, "lease_seconds": self.policy.lease_seconds}
+        )
+        await self._adopt(session, [(int(j), int(a)) for j, a in hello.get("running") or []])
+        await self.store.record_event("agent.connected", {"agent": session.to_dict()})
+        self.engine.wake()
+        try:
+            await session.serve()
+        finally:
+            if self.sessions.get(session.name) is session:
+                del self.sessions[session.name]
+            # Its jobs keep their leases: if it comes back it goes on, if not the reaper takes them.
+            with contextlib.suppress(Exception):
+                await self.store.record_event("agent.disconnected", {"agent": session.name})
+
+    def _registration_problem(self, hello: dict[str, Any]) -> str | None:
+        if hello.get("type") != "register" or not hello.get("name"):
+            return "the first message must be a register message with a name"
+        if hello.get("protocol") != PROTOCOL_VERSION:
+            return (
+                f"this agent speaks protocol {hello.get('protocol')} but the core speaks {PROTOCOL_VERSION}: "
+                "run the same JobDeck version on both"
+            )
+        slots = hello.get("slots")
+        if not isinstance(slots, int) or slots < 0:
+            return f"slots must be a whole number >= 0, not {slots!r}"
+        return None
+
+    async def _adopt(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
+        """Keep the runs the agent still has whose leases are still ours; stop the others."""
+        if not running:
+            return
+        stale = await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
+        for job_id, attempt in running:
+            if (job_id, attempt) not in stale:
+                session.running[job_id] = attempt
+        for job_id, attempt in stale:
+            log.warning(
+                "agent %s still runs job %s attempt %s, whose lease it lost: stopping it", session.name, job_id, attempt
+            )
+            await session.cancel(job_id, attempt)
+
+    async def reclaim_orphans(self, prefix: str, current: str) -> None:
+        """Right after start: runs of this node's earlier local agents (named `prefix`...) died with
+        it, so count them lost now instead of waiting for their leases. Only safe where one node
+        owns the store (the embedded SQLite file is locked by its node)."""
+        running = await self.store.list_jobs(JobFilter(states=("running",)), None, 100_000)
+        orphans = [j.id for j in running if (j.agent or "").startswith(prefix) and j.agent != current]
+        if orphans:
+            reason = "the node restarted during the run (its local agent died with it)"
+            await self.engine.change_many(orphans, lambda job: decide_lost(job, reason, self.clock(), self.policy))
+            log.warning("%d jobs were running when this node last stopped; they are retried", len(orphans))
+            self.engine.wake_promoter()
+            self.engine.wake()
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Connected agents with their slots and current jobs."""
+        return [s.to_dict() for s in self.sessions.values()]
+
+    async def drain(self, name: str) -> dict[str, Any]:
+        """Give an agent no new work; it finishes what it runs and stays connected."""
+        session = self.sessions.get(name)
+        if session is None:
+            raise NotFound(f"no agent named {name!r} is connected to this node", field="name")
+        session.draining = True
+        with contextlib.suppress(ChannelClosed, ConnectionError):
+            await session.channel.send({"type": "drain"})
+        await self.store.record_event("agent.draining", {"agent": name})
+        return session.to_dict()
+
+    def waiting_for(self, job: Job) -> str | None:
+        """Why a queued job is not running, when no connected agent could take it; else None."""
+        if job.state != "queued":
+            return None
+        if self.engine.queue_settings.get(job.queue, (False, None))[0]:
+            return f"queue {job.queue!r} is paused"
+        if not self.sessions:
+            return "no agent is connected"
+        serving = [s for s in self.sessions.values() if s.queues is None or job.queue in s.queues]
+        if not serving:
+            return f"no connected agent serves queue {job.queue!r}"
+        able = [s for s in serving if labels_satisfied(job.labels, s.labels)]
+        if not able:
+            return f"no connected agent has the labels {labels_text(job.labels)}"
+        if all(s.draining for s in able):
+            return "every agent that could run it is draining"
+        return None
+
+    async def finish_attempts(self, session: AgentSession, results: list[dict[str, Any]]) -> None:
+        """Record what an agent reports; stale results (wrong attempt) are refused by the decision."""
+        decisions: dict[int, Decide] = {}
+        for r in results:
+            rr = RunResult(**r)
+            decisions[rr.job_id] = functools.partial(self._decide_finish, rr)
+            session.running.pop(rr.job_id, None)
+            self.live_output.pop((rr.job_id, rr.attempt), None)
+        out = await self.store.change_jobs(decisions)
+        for _job_id, res in out.items():
+            if isinstance(res, JobDeckError):
+                log.info("refused a result from %s: %s", session.name, res.message)
+            elif res.state == "failed" and res.run_at < self.engine.next_promote_at:
+                self.engine.wake_promoter()
+        self.engine.wake()
+
+    def _decide_finish(self, rr: RunResult, job: Job) -> Any:
+        return decide_finish(job, rr, self.clock(), self.policy)
+
+    async def heartbeat(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
+        """The agent still runs these (job, attempt) pairs: extend their leases. A run whose lease
+        is no longer this agent's (expired and retried elsewhere, or fenced) is told to stop."""
+        stale = await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
+        for job_id, attempt in stale:
+            session.running.pop(job_id, None)
+            await session.cancel(job_id, attempt)
+
+    def record_output(self, session: AgentSession, chunks: list[list[Any]]) -> None:
+        """Live output of running jobs: kept as a tail per attempt and streamed on the feed."""
+        events = []
+        for job_id, attempt, text in chunks:
+            tail = self.live_output.setdefault((int(job_id), int(attempt)), "") + text
+            self.live_output[(int(job_id), int(attempt))] = tail[-self.settings.output_tail_bytes :]
+            events.append(ephemeral_event("job.output", int(job_id), {"attempt": attempt, "text": text}))
+        self.bus.publish(events)
+
+    async def hand_back(self, session: AgentSession, jobs: list[list[int]]) -> None:
+        """The agent returns jobs it did not start."""
+        decisions: dict[int, Decide] = {}
+        for job_id, attempt in jobs:
+            session.running.pop(job_id, None)
+            decisions[job_id] = functools.partial(
+                lambda a, job: decide_hand_back(job, a, self.clock(), self.policy), attempt
+            )
+        await self.store.change_jobs(decisions)
+        self.engine.wake()
+
+    async def send_cancel(self, agent: str | None, job_id: int, attempt: int) -> None:
+        session = self.sessions.get(agent or "")
+        if session is not None and session.running.get(job_id) == attempt:
+            with contextlib.suppress(ChannelClosed, ConnectionError):
+                await session.cancel(job_id, attempt)
+
+    async def drop_silent_agents(self) -> None:
+        """An agent that has said nothing for a whole lease is lost: close it (its leases run out)."""
+        cutoff = time.time() - self.policy.lease_seconds
+        for s in list(self.sessions.values()):
+            if s.last_heartbeat < cutoff:
+                log.warning(
+                    "agent %s missed its heartbeats for %.0f s: marking it lost", s.name, self.policy.lease_seconds
+                )
+                self.sessions.pop(s.name, None)
+                with contextlib.suppress(Exception):
+                    await s.channel.close()
