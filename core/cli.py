@@ -438,13 +438,34 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
 
         def ready(url: str) -> None:
             agents = f", local agent with {settings.local_slots} slots" if local_agent else ", no local agents"
-            print(f"JobDeck is up: API {url}  (store {settings.sqlite_path}{agents})", flush=True)
+            print(f"JobDeck is up: API {url}  (store {settings.store_label}{agents})", flush=True)
             hint = "" if url == DEFAULT_SERVER else f"   (another port: export JOBDECK_SERVER={url})"
             print(f"  try: jobdeck submit -- echo hello{hint}   |   API docs: {url}/docs", flush=True)
 
         await node.serve(ready)
 
     _run(main())
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Bring the store's schema up to date (nodes also do it when they start) and say its version."""
+    settings = load_settings(data_dir=args.data_dir)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    async def main() -> int:
+        from core.bus import LocalBus
+        from core.node import open_store
+
+        store = open_store(settings, LocalBus())
+        await store.open()
+        try:
+            return store.schema_version
+        finally:
+            await store.close()
+
+    version = _run(main())
+    print(f"schema version {version}: {settings.store_label}")
     return 0
 
 
@@ -503,6 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         s.add_argument("--log-level", dest="log_level")
         s.set_defaults(local=name == "up")
+
+    s = sub.add_parser("migrate", help="apply database migrations (JOBDECK_DATABASE_URL, or the SQLite file)")
+    s.add_argument("--data-dir", dest="data_dir")
 
     s = sub.add_parser("agent", help="run an agent that takes jobs from a core node")
     s.add_argument("--name", help="unique agent name (default: host-pid)")
@@ -632,6 +656,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_up(args, local_agent=args.local or (args.slots or 0) > 0)
         if args.command == "agent":
             return cmd_agent(args)
+        if args.command == "migrate":
+            return cmd_migrate(args)
         return int(_run(_remote(args)))
     except JobDeckError as exc:
         print(f"error: {exc.message}", file=sys.stderr)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from core.errors import InvalidInput
 
@@ -20,7 +21,8 @@ class Settings:
     """Everything a node can be told. Field `x` is read from `JOBDECK_X` or `x` in the TOML file."""
 
     data_dir: Path = field(default_factory=lambda: Path("data"))
-    database_url: str = ""  # empty: sqlite file in data_dir
+    database_url: str = ""  # empty: sqlite file in data_dir; postgresql://... for several nodes
+    redis_url: str = ""  # redis://host:6379/0: the event bus between nodes (empty: this node only)
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     # Agents and leases
@@ -49,6 +51,13 @@ class Settings:
         return self.data_dir / "jobdeck.db"
 
     @property
+    def store_label(self) -> str:
+        """Where the store is, fit to print: the SQLite file, or the database URL without its password."""
+        if self.database_url.startswith(("postgresql://", "postgres://")):
+            return masked_url(self.database_url)
+        return str(self.sqlite_path)
+
+    @property
     def api_url(self) -> str:
         """The URL clients use to reach this node."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
@@ -57,6 +66,17 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with some fields changed (None values are ignored)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def masked_url(url: str) -> str:
+    """A URL with its password replaced by ***, fit for messages and logs."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.split(':', 1)[0]}:***@{host}"
+    query = "&".join("password=***" if q.startswith("password=") else q for q in parts.query.split("&") if q)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def _coerce(name: str, kind: Any, raw: Any) -> Any:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -34,13 +35,15 @@ from core.model import (
 )
 from core.protocol import Channel, ChannelClosed
 from core.schedule import Schedule, next_fire_times
-from core.store.base import ClaimRequest, Decide, Store
+from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
 
 log = logging.getLogger("jobdeck.engine")
 
 SAFETY_POLL = 1.0  # seconds; loops are woken explicitly, this only bounds a missed wake-up
 PRUNE_EVERY = 600.0
 PROMOTE_BATCH = 1000
+FINISHED = frozenset({"job.succeeded", "job.dead", "job.cancelled"})
+CATCH_UP_FILTER = EventFilter(types=frozenset({"queue.*", "job.cancel_requested"}))
 
 
 class Engine:
@@ -313,19 +316,39 @@ class Engine:
             await asyncio.sleep(PRUNE_EVERY)
 
     async def _bus_loop(self) -> None:
-        """Follow committed events: queue settings and cancel requests may come from anywhere."""
+        """Follow committed events from every node: queue settings, cancel requests, and work that
+        another node made due (so this node's loops wake at once, not at their next safety poll)."""
+        last = await self.store.last_seq()
         with self.bus.subscribe() as sub:
             while True:
                 events = await sub.get()
-                if sub.overflowed:
+                if sub.overflowed:  # fell behind: catch up from the store
                     sub.reset()
                     self.queue_settings = await self.store.queue_settings()  # type: ignore[attr-defined]
-                    continue
+                    events = await self.store.events_since(last, 100_000, CATCH_UP_FILTER)
+                    self._wake_dispatch.set()
+                    self._wake_promote.set()
                 for e in events:
-                    if e.type.startswith("queue."):
-                        q = orjson.loads(e.body)["data"]["queue"]
-                        self.queue_settings[q["name"]] = (q["paused"], q["concurrency"])
-                        self._wake_dispatch.set()
-                    elif e.type == "job.cancel_requested":
-                        job = orjson.loads(e.body)["data"]["job"]
-                        await self.hub.send_cancel(job["agent"], job["id"], job["attempt"])
+                    if e.seq is not None:
+                        last = max(last, e.seq)
+                    await self._follow(e)
+
+    async def _follow(self, e: Event) -> None:
+        t = e.type
+        if t.startswith("queue."):
+            q = orjson.loads(e.body)["data"]["queue"]
+            self.queue_settings[q["name"]] = (q["paused"], q["concurrency"])
+            self._wake_dispatch.set()
+        elif t == "job.cancel_requested":
+            job = orjson.loads(e.body)["data"]["job"]
+            await self.hub.send_cancel(job["agent"], job["id"], job["attempt"])
+        elif t in ("job.created", "job.queued", "job.failed", "job.scheduled"):
+            job = orjson.loads(e.body)["data"]["job"]
+            if job["state"] == "queued":
+                self._wake_dispatch.set()
+            elif datetime.fromisoformat(job["run_at"]).timestamp() < self.next_promote_at:
+                self._wake_promote.set()
+        elif t in FINISHED and self.queue_settings.get(e.queue or "", (False, None))[1] is not None:
+            self._wake_dispatch.set()  # a slot of a limited queue came free (perhaps on another node)
+        elif t.startswith("schedule."):
+            self._wake_schedules.set()

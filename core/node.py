@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import gc
+import hashlib
 import logging
 import signal
 import socket
@@ -14,24 +15,31 @@ from collections.abc import Awaitable, Callable, Iterator
 import uvicorn
 
 from core.api import create_app
-from core.bus import LocalBus
+from core.bus import Bus, LocalBus
+from core.bus.redis import CHANNEL, RedisBus
 from core.config import Settings
 from core.engine import Engine
 from core.errors import InvalidInput
 from core.model import Policy
+from core.store.postgres import PostgresStore
 from core.store.sqlite import SQLiteStore
 
 log = logging.getLogger("jobdeck.node")
 
 
-def open_store(settings: Settings, bus: LocalBus) -> SQLiteStore:
-    """The store named by the settings (the embedded SQLite file unless told otherwise)."""
+def open_store(settings: Settings, bus: Bus) -> SQLiteStore | PostgresStore:
+    """The store named by the settings: the embedded SQLite file unless `database_url` names
+    PostgreSQL (postgresql://user:password@host:port/database), which several nodes can share."""
     url = settings.database_url
+    policy = Policy(settings.aging_seconds_per_priority, settings.lease_seconds)
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresStore(url, policy, on_commit=bus.publish)
     if url and not url.startswith("sqlite:///"):
         raise InvalidInput(
-            f"unsupported database URL {url.split('@')[-1]!r}: use sqlite:///path/to/file.db", field="database_url"
+            f"unsupported database URL {url.split('@')[-1]!r}: use postgresql://user@host:5432/database "
+            "or sqlite:///path/to/file.db",
+            field="database_url",
         )
-    policy = Policy(settings.aging_seconds_per_priority, settings.lease_seconds)
     return SQLiteStore(settings.sqlite_path, policy, on_commit=bus.publish)
 
 
@@ -53,7 +61,10 @@ class Node:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.bus = LocalBus()
+        # With Redis, events committed on any node reach the subscribers of every node.
+        # The channel is named after the store, so clusters that share a Redis do not hear each other.
+        channel = f"{CHANNEL}:{hashlib.sha1(settings.store_label.encode()).hexdigest()[:12]}"
+        self.bus: LocalBus | RedisBus = RedisBus(settings.redis_url, channel) if settings.redis_url else LocalBus()
         self.store = open_store(settings, self.bus)
         self.engine = Engine(self.store, self.bus, settings)
         self.app = create_app(self.engine)
@@ -64,6 +75,8 @@ class Node:
 
     async def start(self) -> None:
         await self.store.open()
+        if isinstance(self.bus, RedisBus):
+            await self.bus.start(self.store)
         await self.engine.start()
         # A node allocates many short-lived objects per job; with the default thresholds the
         # cyclic GC walked the whole heap so often that it cost more than the SQLite inserts
@@ -157,6 +170,8 @@ class Node:
                 with contextlib.suppress(BaseException):
                     await t
             await self.engine.stop()
+            if isinstance(self.bus, RedisBus):
+                await self.bus.close()
             await self.store.close()
         finally:
             for sig in watched:

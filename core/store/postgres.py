@@ -1,0 +1,446 @@
+"""The PostgreSQL store (asyncpg): the Store protocol for several core nodes sharing one database.
+
+Writes go through a node's few writer tasks (group commit, gap-free event numbers: see
+_pg_writer.py); reads use the pool (_pg_reads.py). Claims and promotion take rows with
+FOR UPDATE SKIP LOCKED, so nodes never block each other on the hot path; a schedule's
+fire time is a unique key, so it makes one job however many nodes fire it. The query
+plans and the design are in docs/postgres.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import asyncpg
+
+from core.config import masked_url
+from core.errors import JobDeckError, NotFound, Unavailable
+from core.model import Job, Policy, decide_claim, decide_promote, utcnow
+from core.schedule import Schedule, schedule_to_dict
+from core.store import _pg_reads as reads
+from core.store import _pg_sql as sql
+from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
+from core.store._pg_writes import JobChanges, insert_jobs
+from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter
+
+if TYPE_CHECKING:
+    from core.store._pg_writer import Conn
+
+T = TypeVar("T")
+
+POOL_SIZE = 8
+CONNECT_TIMEOUT = 10.0
+READ_RETRY_FOR = 5.0  # seconds a read waits for the database to come back
+LIMITS_FRESH_FOR = 1.0  # seconds a claim trusts the list of limited queues it read
+
+
+class PostgresStore:
+    """The Store protocol on PostgreSQL (see core/store/base.py and core/store/sqlite.py)."""
+
+    single_node = False  # other nodes may share the database and hold leases of their own
+
+    def __init__(self, url: str, policy: Policy, on_commit: OnCommit, clock: Callable[[], float] = utcnow) -> None:
+        self.url = url
+        self.policy = policy
+        self.clock = clock
+        self._on_commit = on_commit
+        self._pool: asyncpg.Pool | None = None
+        self._writer: PgWriter | None = None
+        self._job_id_seq = "jobs_id_seq"
+        self._limited: frozenset[str] = frozenset()  # queues with a concurrency limit, as last read
+        self._limited_at = float("-inf")
+        self.schema_version = 0
+
+    # -- plumbing
+
+    async def open(self) -> None:
+        """Connect, apply migrations (one node at a time) and start the writer."""
+        where = masked_url(self.url)
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT, command_timeout=60
+            )
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise Unavailable(f"cannot connect to the database at {where}: {reason}") from None
+        try:
+            async with self._pool.acquire() as conn:
+                self.schema_version = await migrate(conn)
+                self._job_id_seq = str(await conn.fetchval("SELECT pg_get_serial_sequence('jobs', 'id')"))
+        except BaseException:
+            await self._pool.close()
+            raise
+        self._writer = PgWriter(self._pool, self.clock, self._on_commit)
+        self._writer.start()
+
+    async def close(self) -> None:
+        """Commit what is queued and close the pool."""
+        if self._writer is not None:
+            await self._writer.stop()
+        if self._pool is not None:
+            await self._pool.close()
+
+    def _write(self, op: Callable[[PgTx], Awaitable[T]]) -> asyncio.Future[T]:
+        if self._writer is None:
+            raise Unavailable("the store is not open")
+        return self._writer.run(op)
+
+    async def _read(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run a read on a pooled connection. While the database is away (a restart) it is tried
+        again for a few seconds, then the caller gets Unavailable."""
+        if self._pool is None:
+            raise Unavailable("the store is not open")
+        deadline = time.monotonic() + READ_RETRY_FOR
+        delay = 0.05
+        while True:
+            try:
+                async with self._pool.acquire() as conn:
+                    return await fn(conn)
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise Unavailable(f"the database is unreachable: {exc}") from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def _fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        return await self._read(lambda c: c.fetch(query, *args))
+
+    async def _fetchval(self, query: str, *args: Any) -> Any:
+        return await self._read(lambda c: c.fetchval(query, *args))
+
+    # -- jobs
+
+    async def submit_jobs(self, jobs: Sequence[Job]) -> list[tuple[Job, bool]]:
+        """Insert jobs; one whose idempotency key exists already returns the existing job instead."""
+
+        async def by_keys(tx: PgTx, keys: list[str]) -> dict[str, Job]:
+            if not keys:
+                return {}
+            rows = await tx.conn.fetch(f"{sql.SELECT_JOB} WHERE idempotency_key = ANY($1::text[])", keys)
+            return {j.idempotency_key: j for j in sql.to_jobs(rows) if j.idempotency_key is not None}
+
+        async def op(tx: PgTx) -> list[tuple[Job, bool]]:
+            known = await by_keys(tx, [j.idempotency_key for j in jobs if j.idempotency_key])
+            out: list[tuple[Job, bool]] = []
+            new: list[Job] = []
+            for j in jobs:
+                key = j.idempotency_key
+                if key is not None and key in known:
+                    out.append((known[key], False))
+                    continue
+                if key is not None:
+                    known[key] = j
+                new.append(j)
+                out.append((j, True))
+            made = {id(j) for j in await insert_jobs(tx, new, self._job_id_seq)}
+            lost = [j for j in new if id(j) not in made]
+            if lost:  # another node committed the same key since we looked
+                theirs = await by_keys(tx, [j.idempotency_key for j in lost if j.idempotency_key])
+                if len(theirs) != len(lost):
+                    raise RuntimeError("a job was refused by a unique key other than its idempotency key")
+                out = [(theirs[j.idempotency_key], False) if id(j) not in made and j.idempotency_key else (j, c)
+                       for j, c in out]  # fmt: skip
+            return out
+
+        return await self._write(op)
+
+    async def get_job(self, job_id: int) -> Job:
+        """One job, or NotFound."""
+        rows = await self._fetch(f"{sql.SELECT_JOB} WHERE id = $1", job_id)
+        if not rows:
+            raise NotFound(f"no job with id {job_id}", field="id")
+        return sql.to_job(rows[0])
+
+    async def list_jobs(self, flt: JobFilter, before_id: int | None, limit: int) -> list[Job]:
+        """Newest first; `before_id` is the cursor (the last id of the previous page)."""
+        return await self._read(lambda c: reads.list_jobs(c, flt, before_id, limit))
+
+    async def list_attempts(self, job_id: int) -> list[dict[str, Any]]:
+        """The attempts of a job, oldest first, with their output."""
+        return await self._read(lambda c: reads.list_attempts(c, job_id))
+
+    async def change_jobs(self, decisions: dict[int, Decide]) -> dict[int, Job | JobDeckError]:
+        """Apply one decision per job id in one transaction; per-job errors are returned, not raised.
+
+        The rows are locked (in id order, so two nodes cannot deadlock on them) before the
+        decisions read them: each decision sees the job as committed, and no other node
+        changes it until this transaction ends."""
+
+        async def op(tx: PgTx) -> dict[int, Job | JobDeckError]:
+            jobs = {j.id: j for j in sql.to_jobs(await tx.conn.fetch(sql.LOCK_JOBS, list(decisions)))}
+            applier = JobChanges(tx)
+            out: dict[int, Job | JobDeckError] = {}
+            for job_id, decide in decisions.items():
+                job = jobs.get(job_id)
+                if job is None:
+                    out[job_id] = NotFound(f"no job with id {job_id}", field="id")
+                    continue
+                try:
+                    change = decide(job)
+                except JobDeckError as exc:
+                    out[job_id] = exc
+                    continue
+                out[job_id] = applier.apply(job, change)
+            await applier.flush()
+            return out
+
+        return await self._write(op)
+
+    async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]:
+        """Take up to `req.limit` queued jobs in claim order for one agent, leasing them.
+
+        The queues table counts as well as the request: a queue paused through another node
+        is left alone at once, and a concurrency limit holds across nodes (see LOCK_QUEUES).
+        Limited queues this node does not know of yet (its list is at most a second old) are
+        left alone too, never over-claimed."""
+        offered = [f"{k}={v}" for k, v in sorted(req.labels.items())]
+
+        def takeable(q: str) -> bool:
+            return q not in req.paused and (req.queues is None or q in req.queues)
+
+        async def op(tx: PgTx) -> list[Job]:
+            c = tx.conn
+            if time.monotonic() - self._limited_at > LIMITS_FRESH_FOR:
+                self._limited = frozenset(r[0] for r in await c.fetch(sql.LIMITED_QUEUES))
+                self._limited_at = time.monotonic()
+            capped = sorted(q for q in set(req.caps) | self._limited if takeable(q))
+            rooms = {q: min(req.limit, req.caps.get(q, req.limit)) for q in capped}
+            if capped:
+                await c.execute(sql.LOCK_QUEUES, capped)
+                for name, paused, concurrency, running in await c.fetch(sql.QUEUE_ROOMS, capped):
+                    if paused:
+                        rooms[name] = 0
+                    elif concurrency is not None:
+                        rooms[name] = min(rooms[name], concurrency - running)
+            skip = sorted(set(req.paused) | set(req.caps) | set(capped))
+            rows: list[asyncpg.Record] = []
+            if req.queues is None:
+                rows = await c.fetch(sql.CLAIM_ANY, offered, skip, req.limit)
+            elif allowed := sorted(req.queues - set(skip)):
+                rows = await c.fetch(sql.CLAIM_IN, offered, allowed, req.limit)
+            for q, room in rooms.items():
+                if room > 0:
+                    rows += await c.fetch(sql.CLAIM_QUEUE, offered, q, room)
+            jobs = sql.to_jobs(rows)
+            if rooms:
+                jobs.sort(key=lambda j: (j.sort_key, j.id))
+                del jobs[req.limit :]  # the rows cut here stay locked until commit; others skip them meanwhile
+            applier = JobChanges(tx)
+            claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in jobs]
+            await applier.flush()
+            return claimed
+
+        return await self._write(op)
+
+    async def extend_leases(
+        self, agent: str, job_attempts: Sequence[tuple[int, int]], until: float
+    ) -> list[tuple[int, int]]:
+        """Push the lease of each (job, attempt) the agent still runs to `until`; return the pairs
+        that are not the agent's to run any more (stale fencing token, finished, cancelled)."""
+        pairs = list(job_attempts)
+
+        async def op(tx: PgTx) -> list[tuple[int, int]]:
+            if not pairs:
+                return []
+            rows = await tx.conn.fetch(sql.EXTEND_LEASES, until, [j for j, _ in pairs], [a for _, a in pairs], agent)
+            kept = {(r[0], r[1]) for r in rows}
+            return [p for p in pairs if p not in kept]
+
+        return await self._write(op)
+
+    async def promote_due_jobs(self, now: float, limit: int) -> tuple[int, float | None]:
+        """Queue up to `limit` scheduled or failed jobs whose run_at has come; return how many,
+        and the earliest run_at still to come (one transaction: the promoter's timer needs both)."""
+
+        async def op(tx: PgTx) -> tuple[int, float | None]:
+            jobs = sql.to_jobs(await tx.conn.fetch(sql.PROMOTE_DUE, now, limit))
+            applier = JobChanges(tx)
+            for job in jobs:
+                applier.apply(job, decide_promote(job, now, self.policy))
+            await applier.flush()
+            return len(jobs), await tx.conn.fetchval(sql.NEXT_DUE, now, len(jobs) >= limit)
+
+        return await self._write(op)
+
+    async def expired_lease_ids(self, now: float, limit: int) -> list[int]:
+        """Running jobs whose lease ran out."""
+        query = "SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < $1 LIMIT $2"
+        return [r[0] for r in await self._fetch(query, now, limit)]
+
+    async def running_counts(self) -> dict[str, int]:
+        """Running jobs per queue."""
+        rows = await self._fetch("SELECT queue, count(*) FROM jobs WHERE state = 'running' GROUP BY queue")
+        return {r[0]: int(r[1]) for r in rows}
+
+    # -- queues
+
+    async def list_queues(self) -> list[dict[str, Any]]:
+        """Every queue with its settings and how many jobs wait and run in it."""
+        return await self._read(reads.list_queues)
+
+    async def update_queue(self, name: str, changes: dict[str, Any], now: float) -> dict[str, Any]:
+        """Pause, resume or set the concurrency of a queue (which must exist)."""
+
+        async def op(tx: PgTx) -> dict[str, Any]:
+            c = tx.conn
+            row = await c.fetchrow("SELECT paused, concurrency FROM queues WHERE name = $1 FOR UPDATE", name)
+            if row is None:
+                raise NotFound(f"no queue named {name!r}", field="queue")
+            state = {"paused": row[0], "concurrency": row[1]}
+            state.update(changes)
+            await c.execute(
+                "UPDATE queues SET paused = $1, concurrency = $2, updated_at = $3 WHERE name = $4",
+                bool(state["paused"]),
+                state["concurrency"],
+                now,
+                name,
+            )
+            event = "queue.updated"
+            if "paused" in changes:
+                event = "queue.paused" if changes["paused"] else "queue.resumed"
+            view = {"name": name, **state}
+            tx.emit(event, None, name, {"queue": view})
+            self._limited_at = float("-inf")  # the next claim reads the limits again
+            return view
+
+        return await self._write(op)
+
+    async def queue_settings(self) -> dict[str, tuple[bool, int | None]]:
+        """name -> (paused, concurrency) for every queue."""
+        return {r[0]: (r[1], r[2]) for r in await self._fetch("SELECT name, paused, concurrency FROM queues")}
+
+    # -- schedules
+
+    async def create_schedule(self, s: Schedule) -> Schedule:
+        """Store a new schedule; its id is assigned here."""
+
+        async def op(tx: PgTx) -> Schedule:
+            s.id = int(await tx.conn.fetchval(sql.INSERT_SCHEDULE, *sql.schedule_row(s)))
+            tx.emit("schedule.created", None, s.job.get("queue"), {"schedule": schedule_to_dict(s)})
+            return s
+
+        return await self._write(op)
+
+    async def get_schedule(self, schedule_id: int) -> Schedule:
+        """One schedule, or NotFound."""
+        rows = await self._fetch(f"{sql.SELECT_SCHEDULE} WHERE id = $1", schedule_id)
+        if not rows:
+            raise NotFound(f"no schedule with id {schedule_id}", field="id")
+        return sql.to_schedule(rows[0])
+
+    async def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by id."""
+        return [sql.to_schedule(r) for r in await self._fetch(f"{sql.SELECT_SCHEDULE} ORDER BY id")]
+
+    async def update_schedule(self, s: Schedule, event: str) -> Schedule:
+        """Write every field of `s` (which must exist) and an event of type `event`."""
+
+        async def op(tx: PgTx) -> Schedule:
+            if await tx.conn.execute(sql.UPDATE_SCHEDULE, *sql.schedule_row(s), s.id) == "UPDATE 0":
+                raise NotFound(f"no schedule with id {s.id}", field="id")
+            tx.emit(event, None, s.job.get("queue"), {"schedule": schedule_to_dict(s)})
+            return s
+
+        return await self._write(op)
+
+    async def delete_schedule(self, schedule_id: int) -> None:
+        """Remove a schedule; the jobs it made stay."""
+
+        async def op(tx: PgTx) -> None:
+            if await tx.conn.execute("DELETE FROM schedules WHERE id = $1", schedule_id) == "DELETE 0":
+                raise NotFound(f"no schedule with id {schedule_id}", field="id")
+            tx.emit("schedule.deleted", None, None, {"schedule_id": schedule_id})
+
+        await self._write(op)
+
+    async def due_schedules(self, now: float) -> list[Schedule]:
+        """Unpaused schedules whose next fire time has come."""
+        query = f"{sql.SELECT_SCHEDULE} WHERE NOT paused AND next_fire_at <= $1 ORDER BY next_fire_at LIMIT 1000"
+        return [sql.to_schedule(r) for r in await self._fetch(query, now)]
+
+    async def next_schedule_at(self) -> float | None:
+        """The earliest next fire time of an unpaused schedule."""
+        value = await self._fetchval("SELECT min(next_fire_at) FROM schedules WHERE NOT paused")
+        return None if value is None else float(value)
+
+    async def fire_schedule(
+        self, s: Schedule, fire_time: float | None, job: Job, next_fire_at: float | None
+    ) -> Job | None:
+        """Materialise one fire time as a job, at most once per (schedule, fire time).
+
+        `fire_time=None` is a manual run. Returns None if another node (or an earlier try)
+        fired this time already, or the schedule changed since it was read. The schedule's row
+        is locked first, so nodes firing it together take turns; the unique key on
+        (schedule_id, fire_time) is the backstop."""
+
+        async def op(tx: PgTx) -> Job | None:
+            c = tx.conn
+            row = await c.fetchrow("SELECT next_fire_at, paused FROM schedules WHERE id = $1 FOR UPDATE", s.id)
+            if row is None:
+                raise NotFound(f"no schedule with id {s.id}", field="id")
+            if fire_time is not None and (row[0] != s.next_fire_at or row[1]):
+                return None
+            job.schedule_id, job.fire_time = s.id, fire_time
+            if not await insert_jobs(tx, [job], self._job_id_seq):
+                return None
+            if fire_time is not None:
+                await c.execute(
+                    "UPDATE schedules SET next_fire_at = $1, last_fire_at = $2, fired = fired + 1 WHERE id = $3",
+                    next_fire_at,
+                    fire_time,
+                    s.id,
+                )
+            else:
+                await c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = $1", s.id)
+            tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": fire_time})
+            return job
+
+        return await self._write(op)
+
+    # -- events
+
+    async def events_since(self, seq: int, limit: int, flt: EventFilter | None = None) -> list[Event]:
+        """Committed events after `seq`, in order, that pass `flt`."""
+        return await self._read(lambda c: reads.events_since(c, seq, limit, flt))
+
+    async def last_seq(self) -> int:
+        """The newest committed sequence number (0 if none)."""
+        return int(await self._fetchval("SELECT last FROM event_seq WHERE id = 1"))
+
+    async def oldest_seq(self) -> int:
+        """The oldest sequence number still kept (0 if none)."""
+        return int(await self._fetchval("SELECT coalesce(min(seq), 0) FROM events"))
+
+    async def prune_events(self, before: float) -> int:
+        """Delete events older than `before`; sequence numbers are never reused."""
+
+        async def op(tx: PgTx) -> int:
+            c = tx.conn
+            cut = await c.fetchval("SELECT seq FROM events WHERE ts >= $1 ORDER BY seq LIMIT 1", before)
+            if cut is None:
+                cut = await c.fetchval("SELECT coalesce(max(seq), 0) + 1 FROM events")
+            status = await c.execute("DELETE FROM events WHERE seq < $1", cut)
+            return int(status.split()[-1])
+
+        return await self._write(op)
+
+    async def record_event(self, type_: str, data: dict[str, Any]) -> None:
+        """Write an event that is not about one job (agents coming and going)."""
+
+        async def op(tx: PgTx) -> None:
+            tx.emit(type_, None, None, data)
+
+        await self._write(op)
+
+    # -- stats
+
+    # -- stats
+
+    async def stats(self, now: float) -> dict[str, Any]:
+        """Job counts by state and by queue, and finished jobs per second over the last minute."""
+        return await self._read(lambda c: reads.stats(c, now))

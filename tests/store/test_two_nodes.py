@@ -1,0 +1,77 @@
+"""Two `jobdeck server` nodes on one PostgreSQL and one Redis: either node takes any call."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.client import JobDeckClient
+from tests.conftest import ROOT, ServerProcess, spawn_jobdeck, until
+from tests.services import REDIS_URL, redis_problem
+
+
+@pytest.fixture
+def two_nodes(pg_url: str, tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    problem = redis_problem()
+    if problem:
+        pytest.skip(problem)
+    env = {"JOBDECK_DATABASE_URL": pg_url, "JOBDECK_REDIS_URL": REDIS_URL}
+    nodes = [spawn_jobdeck(tmp_path / f"node{i}", "server", env=env) for i in (1, 2)]
+    try:
+        yield nodes[0], nodes[1]
+    finally:
+        for n in nodes:
+            n.proc.terminate()
+            try:
+                n.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                n.kill()
+
+
+async def test_a_job_submitted_on_one_node_runs_on_the_others_agent_and_both_feeds_see_it(
+    two_nodes: tuple[ServerProcess, ServerProcess], tmp_path: Path
+) -> None:
+    a, b = two_nodes
+    log = open(tmp_path / "agent.log", "a")  # noqa: SIM115 - closed with the process
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "core.cli", "agent", "--server", a.url, "--name", "on-a", "--slots", "8"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        async with JobDeckClient(a.url) as ca, JobDeckClient(b.url) as cb:
+            await until(lambda: ca.agents(), 20, "the agent to register on node A")
+            since = (await cb.health())["last_seq"]
+            t0 = time.monotonic()
+            job = await cb.submit({"task": {"kind": "python", "function": "agents.builtin:noop"}})
+            done = await cb.wait_for(job["id"], timeout=20)
+            elapsed = time.monotonic() - t0
+            assert done["state"] == "succeeded" and done["agent"] == "on-a", done
+            assert elapsed < 0.8, f"node A must wake on node B's submit, not on its poll: took {elapsed:.2f} s"
+            seen = [e async for e in _take(cb.events(since=since, job_ids=[job["id"]], until_caught_up=True), 10)]
+            assert [e["type"] for e in seen] == ["job.created", "job.running", "job.succeeded"]
+            # A live subscriber on B sees what happens through A.
+            async with asyncio.timeout(10):
+                feed = cb.events(types=["job.*"], control=True)
+                assert (await anext(feed))["type"] == "stream.caught_up"
+                other = await ca.submit({"task": {"kind": "python", "function": "agents.builtin:noop"}})
+                async for e in feed:
+                    if e.get("job_id") == other["id"] and e["type"] == "job.succeeded":
+                        break
+    finally:
+        agent.kill()
+        agent.wait(10)
+
+
+async def _take(it, n):  # type: ignore[no-untyped-def]
+    count = 0
+    async for e in it:
+        yield e
+        count += 1
+        if count >= n:
+            return
