@@ -13,6 +13,7 @@ import traceback
 from agents.runtime import AgentConfig, AgentRefused, AgentRuntime
 from agents.sdk import registered_names
 from core.client import JobDeckClient
+from core.protocol import Channel
 
 log = logging.getLogger("jobdeck.agent")
 
@@ -32,12 +33,22 @@ def import_task_modules(modules: list[str]) -> str | None:
 async def run_agent(server: str, config: AgentConfig, shutdown_grace: float, token: str | None = None) -> int:
     """Serve until SIGTERM / SIGINT (then drain for `shutdown_grace` seconds) or until refused."""
     runtime = AgentRuntime(config)
-    client = JobDeckClient(server, token=token)
+    # Several nodes may be given (a,b,c): the agent uses the first that answers and moves to the
+    # next when its node goes away; the store is shared, so its running jobs keep their leases.
+    clients = [JobDeckClient(url, token=token) for url in server.split(",") if url.strip()]
+    turn = 0
+
+    async def connect() -> Channel:
+        nonlocal turn
+        client = clients[turn % len(clients)]
+        turn += 1
+        return await client.agent_channel()
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    serving = asyncio.create_task(runtime.run_forever(client.agent_channel))
+    serving = asyncio.create_task(runtime.run_forever(connect))
     stopping = asyncio.create_task(stop.wait())
     print(
         f"agent {config.name}: {config.slots} slots, queues {','.join(config.queues)}"
@@ -61,7 +72,8 @@ async def run_agent(server: str, config: AgentConfig, shutdown_grace: float, tok
             t.cancel()
             with contextlib.suppress(BaseException):
                 await t
-        await client.close()
+        for client in clients:
+            await client.close()
 
 
 def main(

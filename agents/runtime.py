@@ -88,6 +88,9 @@ class AgentRuntime:
         self._flushed = asyncio.Event()
         self._channel: Channel | None = None
         self._beat = config.heartbeat_seconds
+        self._lease = 3 * config.heartbeat_seconds  # until a core tells us its lease
+        self._last_contact = time.monotonic()
+        self._fenced: set[tuple[int, int]] = set()
 
     # ------------------------------------------------------------ connections
 
@@ -101,6 +104,7 @@ class AgentRuntime:
                 raise
             except (OSError, ChannelClosed, TimeoutError) as exc:
                 log.warning("cannot reach the core (%s); retrying in %.1f s", exc, delay)
+                self._fence_if_out_of_touch()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
                 continue
@@ -138,8 +142,9 @@ class AgentRuntime:
             raise AgentRefused(str(first.get("message")))
         self._channel = channel
         # Beat at least three times a lease, whatever we were configured with.
-        lease = float(first.get("lease_seconds") or 0) or 3 * self.config.heartbeat_seconds
-        self._beat = min(self.config.heartbeat_seconds, lease / 3)
+        self._lease = float(first.get("lease_seconds") or 0) or self._lease
+        self._beat = min(self.config.heartbeat_seconds, self._lease / 3)
+        self._last_contact = time.monotonic()
         if self._stopping:
             await channel.send({"type": "draining"})
         helpers = [
@@ -149,6 +154,7 @@ class AgentRuntime:
         try:
             while True:
                 msg = await channel.recv()
+                self._last_contact = time.monotonic()
                 kind = msg.get("type")
                 if kind == "assign":
                     if self._stopping:  # raced with our "draining": give them back unstarted
@@ -170,6 +176,16 @@ class AgentRuntime:
             for t in helpers:
                 t.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
+
+    def _fence_if_out_of_touch(self) -> None:
+        """Out of touch with every core for nearly a lease: our leases are running out and the
+        jobs will be retried elsewhere, so stop them here first, or two runs could overlap."""
+        if not self.tasks or time.monotonic() - self._last_contact < 0.8 * self._lease:
+            return
+        log.warning("no core reachable for %.0f s: stopping %d runs whose leases expire", self._lease, len(self.tasks))
+        for job_id, (attempt, task) in list(self.tasks.items()):
+            self._fenced.add((job_id, attempt))
+            task.cancel()
 
     def running_pairs(self) -> list[list[int]]:
         """[job id, attempt] of every job running here."""
@@ -229,6 +245,8 @@ class AgentRuntime:
         except asyncio.CancelledError:
             if key in self._cancelled:
                 report.update(outcome="cancelled", error="cancelled by request")
+            elif key in self._fenced:
+                report.update(outcome="lost", error="the agent lost contact with the core for a whole lease")
             elif self._stopping:
                 report.update(outcome="interrupted", error="the agent shut down during the run; it runs again")
             else:
@@ -238,6 +256,7 @@ class AgentRuntime:
             report.update(outcome="failed", error=f"{type(exc).__name__}: {exc}")
         finally:
             self._cancelled.discard(key)
+            self._fenced.discard(key)
             if self.tasks.get(job_id, (None,))[0] == attempt:
                 del self.tasks[job_id]
         report["output"] = ctx.output
@@ -269,6 +288,7 @@ class AgentRuntime:
             await asyncio.sleep(self._beat)
             with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
                 await channel.send({"type": "heartbeat", "running": self.running_pairs()})
+                self._last_contact = time.monotonic()  # the core extends our leases on each beat
 
     async def _send_output(self, channel: Channel) -> None:
         """Stream what running jobs print, a few times a second, in one message."""

@@ -51,3 +51,15 @@ async def big_result(size: int, wait: float = 0.5) -> str:
     """Return `size` bytes after a pause (many finishing together make a large result batch)."""
     await asyncio.sleep(wait)
     return "x" * size
+
+
+async def record_run(path: str, token: int, seconds: float) -> int:
+    """Note the start and end of this run of `token` in `path` (to check runs never overlap)."""
+    import time
+
+    with open(path, "a") as f:
+        f.write(f"start {token} {time.time():.6f}\n")
+    await asyncio.sleep(seconds)
+    with open(path, "a") as f:
+        f.write(f"end {token} {time.time():.6f}\n")
+    return token
