@@ -132,6 +132,8 @@ class AgentHub:
             return None
         if self.engine.queue_settings.get(job.queue, (False, None))[0]:
             return f"queue {job.queue!r} is paused"
+        if not getattr(self.store, "single_node", False):
+            return None  # agents may be connected to other nodes, which this one cannot see (yet)
         if not self.sessions:
             return "no agent is connected"
         serving = [s for s in self.sessions.values() if s.queues is None or job.queue in s.queues]
