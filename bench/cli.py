@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import shutil
 import sys
 import tempfile
@@ -21,31 +22,33 @@ from bench.remote import noop_remote, sleepers
 from bench.report import (
     AGENT_NOOP_FLOOR,
     AGENT_RSS_FLOOR,
-    BATCH_SUBMIT_FLOOR,
-    E2E_FLOOR,
-    PICKUP_P99_FLOOR,
     Figure,
     load_average,
     machine_facts,
+    render_columns,
     render_facts,
     render_table,
 )
 from bench.server import BenchError, ProcessReport, ServerOptions
+from bench.store import DEFAULT_PG_URL, DEFAULT_REDIS_URL, SQLITE, Backend, Floors
 from bench.submit import batch_submit, single_submit
 from bench.throughput import resumed, streamed
+from core.config import masked_url
 from core.errors import JobDeckError
 
 # A case starts its own server(s) and returns its figures; a benchmark is a few cases. A case
 # that fails is reported in the table and the next one still runs.
 Case = Callable[[RunContext], Awaitable[list[Figure]]]
-BENCHMARKS: dict[str, tuple[str, tuple[Case, ...]]] = {
-    "batch": ("batch submit over HTTP, with the raw SQLite baseline", (batch_submit,)),
-    "single": ("single submit over HTTP, sequential and concurrent, with GET /healthz", (single_submit,)),
-    "e2e": ("end-to-end no-op throughput with the local agent", (streamed, resumed)),
-    "pickup": ("pick-up latency at a steady submit rate", (due_now, due_later)),
+# The last item: whether the benchmark also runs on two nodes sharing a PostgreSQL store.
+BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
+    "batch": ("batch submit over HTTP, with the raw SQLite baseline", (batch_submit,), True),
+    "single": ("single submit over HTTP, sequential and concurrent, with GET /healthz", (single_submit,), False),
+    "e2e": ("end-to-end no-op throughput with the local agent", (streamed, resumed), True),
+    "pickup": ("pick-up latency at a steady submit rate", (due_now, due_later), True),
     "agent": (
         "one remote agent process: no-op throughput (local agent as baseline), 10,000 sleeping jobs and its RSS",
         (noop_remote, sleepers),
+        False,
     ),
 }
 LOG_LINES_SHOWN = 8
@@ -82,11 +85,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
         description="Start real JobDeck servers and print how fast they go. Figures, not a test.",
-        epilog="benchmarks: " + "; ".join(f"{k}: {title}" for k, (title, _) in BENCHMARKS.items()),
+        epilog="benchmarks: " + "; ".join(f"{k}: {title}" for k, (title, *_) in BENCHMARKS.items()),
     )
     p.add_argument("--only", action="append", metavar="NAME[,NAME]", help=f"run only these ({', '.join(BENCHMARKS)})")
     p.add_argument("--quick", action="store_true", help="a short smoke run of each benchmark (flags below still apply)")
-    g = p.add_argument_group("scale (defaults keep a whole run under ~3 minutes)")
+    g = p.add_argument_group("store")
+    g.add_argument("--store", choices=("sqlite", "postgres", "both"), default="sqlite",
+                   help="where the nodes keep their jobs; both: the SQLite and PostgreSQL figures side by side "
+                        "(default sqlite)")  # fmt: skip
+    g.add_argument("--nodes", default="1,2", metavar="N[,N]",
+                   help="PostgreSQL: run with this many nodes sharing the store, each N a column; batch, e2e "
+                        "and pickup run on every N, the others on the first (default 1,2)")  # fmt: skip
+    g.add_argument("--pg-url", default=os.environ.get("JOBDECK_BENCH_PG_URL", DEFAULT_PG_URL),
+                   help="the database each case makes a fresh schema in (env JOBDECK_BENCH_PG_URL; "
+                        f"default {DEFAULT_PG_URL})")  # fmt: skip
+    g.add_argument(
+        "--redis-url",
+        default=os.environ.get("JOBDECK_BENCH_REDIS_URL", DEFAULT_REDIS_URL),
+        help=f"the event bus of 2+ nodes (env JOBDECK_BENCH_REDIS_URL; default {DEFAULT_REDIS_URL})",
+    )
+    g = p.add_argument_group("scale (defaults keep a whole run under ~3 minutes; PostgreSQL columns: "
+                             f"--jobs {d.postgres().e2e_jobs:,} and --pickup-seconds {d.postgres().pickup_seconds:.0f} "
+                             "unless given)")  # fmt: skip
     g.add_argument("--jobs", type=int, dest="e2e_jobs",
                    help=f"jobs of each e2e and agent no-op run (default {d.e2e_jobs:,})")  # fmt: skip
     g.add_argument("--slots", type=int, dest="e2e_slots",
@@ -121,8 +141,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_scale(args: argparse.Namespace) -> Scale:
+def _node_counts(text: str) -> list[int]:
+    try:
+        counts = [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--nodes takes node counts like 1,2, not {text!r}")
+    return list(dict.fromkeys(counts))
+
+
+def build_backends(args: argparse.Namespace) -> list[Backend]:
+    """The columns of the run, in order."""
+    backends = [SQLITE] if args.store in ("sqlite", "both") else []
+    if args.store in ("postgres", "both"):
+        backends += [Backend("postgres", n, args.pg_url, args.redis_url) for n in _node_counts(args.nodes)]
+    return backends
+
+
+def build_scale(args: argparse.Namespace, backend: Backend = SQLITE) -> Scale:
     scale = Scale().quick() if args.quick else Scale()
+    if backend.kind == "postgres":
+        scale = scale.postgres()
     given = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(Scale) if getattr(args, f.name, None) is not None
     }
@@ -134,8 +174,10 @@ async def run(ctx: RunContext, names: Sequence[str]) -> tuple[list[Figure], list
     figures: list[Figure] = []
     errors: list[str] = []
     for name in names:
-        title, cases = BENCHMARKS[name]
-        print(f"[{name}] {title}", file=sys.stderr, flush=True)
+        title, cases, multi_node = BENCHMARKS[name]
+        if ctx.backend.nodes > 1 and not multi_node:
+            continue
+        print(f"[{name}] {title} ({ctx.backend.label})", file=sys.stderr, flush=True)
         t = time.perf_counter()
         for case in cases:
             try:
@@ -145,10 +187,30 @@ async def run(ctx: RunContext, names: Sequence[str]) -> tuple[list[Figure], list
                 if not isinstance(cause, EXPECTED_FAILURES):
                     raise  # a bug in the benchmark itself: let its traceback show
                 message = getattr(cause, "message", None) or str(cause) or type(cause).__name__
-                errors.append(f"{name}/{case.__name__}: {message}")
+                errors.append(f"{name}/{case.__name__} ({ctx.backend.label}): {message}")
                 figures.append(Figure(name, f"{case.__name__}: did not finish", None, "", note=message[:300]))
         ctx.progress(f"done in {time.perf_counter() - t:.0f} s")
     return figures, errors
+
+
+async def run_columns(
+    contexts: Sequence[RunContext], names: Sequence[str]
+) -> list[tuple[str, list[Figure], list[str]]]:
+    """`run` once per column (store and node count): (its label, its figures, its errors)."""
+    return [(ctx.backend.label, *await run(ctx, names)) for ctx in contexts]
+
+
+def _floor_text(floors: Floors) -> str:
+    e2e = f"e2e no-op {floors.e2e} jobs/s; " if floors.e2e is not None else ""
+    return f"batch submit {floors.batch_submit} jobs/s; {e2e}pick-up p99 {floors.pickup_p99} ms at 200 jobs/s"
+
+
+def _distinct_floors(backends: Sequence[Backend]) -> list[tuple[str, Backend]]:
+    """One backend per set of floors, labelled with the columns it covers."""
+    groups: dict[Floors, list[Backend]] = {}
+    for b in backends:
+        groups.setdefault(b.floors, []).append(b)
+    return [(" and ".join(b.label for b in bs), bs[0]) for bs in groups.values()]
 
 
 def _server_section(reports: Sequence[ProcessReport]) -> list[str]:
@@ -183,16 +245,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = _names(args.only)
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
-    scale = build_scale(args)
+    try:
+        backends = build_backends(args)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    scales = [build_scale(args, b) for b in backends]
     if args.tmp is not None:
         args.tmp.mkdir(parents=True, exist_ok=True)
     tmp_root = Path(tempfile.mkdtemp(prefix="jobdeck-bench-", dir=args.tmp))
     options = ServerOptions(tmp_root, keep=args.keep, profile_dir=args.profile)
-    ctx = RunContext(scale, options, log_progress=not args.quiet)
+    contexts = [RunContext(scale, options, log_progress=not args.quiet, backend=b) for b, scale in zip(backends, scales, strict=True)]  # fmt: skip
     facts = machine_facts(tmp_root)
     started = time.perf_counter()
     try:
-        figures, errors = _run_loop(run(ctx, names))
+        columns = _run_loop(run_columns(contexts, names))
     except KeyboardInterrupt:
         print("interrupted; servers were stopped", file=sys.stderr)
         return 130
@@ -201,14 +267,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(tmp_root, ignore_errors=True)
     elapsed = time.perf_counter() - started
     facts.append(("load after", load_average()))
-    floors = (f"batch submit {BATCH_SUBMIT_FLOOR} jobs/s; e2e no-op {E2E_FLOOR} jobs/s; "
-              f"pick-up p99 {PICKUP_P99_FLOOR} ms at 200 jobs/s; no-op through 1 agent process {AGENT_NOOP_FLOOR} "
-              f"jobs/s; 10,000 sleepers at once in 1 agent process, its RSS {AGENT_RSS_FLOOR} MB")  # fmt: skip
+    for b in backends:
+        if b.kind == "postgres":
+            facts.append(("postgres", f"{masked_url(b.database_url)} (a fresh schema per case); "
+                                      f"2+ nodes share events via {masked_url(b.redis_url)}"))  # fmt: skip
+            break
+    floors = [f"{label}: " + _floor_text(b.floors) for label, b in _distinct_floors(backends)]
+    floors.append(f"no-op through 1 agent process {AGENT_NOOP_FLOOR} jobs/s; 10,000 sleepers at once in 1 agent "
+                  f"process, its RSS {AGENT_RSS_FLOOR} MB")  # fmt: skip
+    runs = [f"{elapsed:.0f} s"] + [f"{ctx.backend.label}: {ctx.scale}" for ctx in contexts if ctx.scale != scales[0]]
+    figures = [f for _, fs, _ in columns for f in fs]
+    errors = [e for _, _, es in columns for e in es]
+    shown = [(label, fs) for label, fs, _ in columns if fs]  # a column no benchmark ran in is left out
+    table = render_table(figures) if len(shown) <= 1 else render_columns(shown)
     lines = [
         "",
-        render_facts("JobDeck benchmarks", [*facts, ("floors", floors), ("run", f"{elapsed:.0f} s, {scale}")]),
+        render_facts(
+            "JobDeck benchmarks",
+            [
+                *facts,
+                *(("floors", f) for f in floors),
+                ("run", f"{runs[0]}, {scales[0]}"),
+                *(("scale", r) for r in runs[1:]),
+            ],
+        ),
         "",
-        render_table(figures),
+        table,
         "",
         *_server_section(options.reports),
     ]

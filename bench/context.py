@@ -7,7 +7,8 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
-from bench.server import Process, Server, ServerOptions, jobdeck_agent, jobdeck_server
+from bench.server import CpuMeter, Process, Server, ServerOptions, jobdeck_agent, jobdeck_server
+from bench.store import SQLITE, Backend
 from bench.workload import BenchClient
 
 
@@ -30,11 +31,32 @@ class Scale:
     poll_seconds: float = 0.5  # how often completion is polled
     stall_seconds: float = 30.0  # no progress for this long: the jobs are reported stuck
 
+    def postgres(self) -> Scale:
+        """The defaults of a PostgreSQL column, smaller where a case would run long: each column
+        costs as much again, and a `--store both` run has three."""
+        return replace(self, e2e_jobs=min(self.e2e_jobs, 20_000), pickup_seconds=min(self.pickup_seconds, 10.0))
+
     def quick(self) -> Scale:
         """A smoke run: every benchmark, a few seconds each."""
         return replace(
             self, batches=2, single_seconds=1.0, e2e_jobs=5_000, pickup_seconds=3.0, sleepers=2_000, sleep_seconds=5.0
         )
+
+
+@dataclass
+class Nodes:
+    """The nodes of one case, all on the same store, and a client of each."""
+
+    servers: list[Server]
+    clients: list[BenchClient]
+
+    @property
+    def client(self) -> BenchClient:
+        """Any node answers for the whole store: the first, for reads and queue actions."""
+        return self.clients[0]
+
+    def meter(self) -> CpuMeter:
+        return CpuMeter(self.servers)
 
 
 @dataclass
@@ -44,6 +66,7 @@ class RunContext:
     scale: Scale
     servers: ServerOptions
     log_progress: bool = True
+    backend: Backend = SQLITE
 
     def progress(self, message: str) -> None:
         """A progress line on stderr (the figures go to stdout)."""
@@ -53,16 +76,35 @@ class RunContext:
     @contextlib.asynccontextmanager
     async def server(self, name: str, slots: int) -> AsyncIterator[tuple[Server, BenchClient]]:
         """A fresh server with `slots` local agent slots, and a client connected to it."""
-        async with jobdeck_server(name, slots, self.servers) as srv, BenchClient(srv.url) as client:
-            self.progress(f"server {name!r} up at {srv.url} (pid {srv.pid}, {slots} slots)")
+        async with (
+            self.backend.fresh(name) as env,
+            jobdeck_server(name, slots, self.servers, env=env) as srv,
+            BenchClient(srv.url) as client,
+        ):
+            self.progress(f"server {name!r} up at {srv.url} (pid {srv.pid}, {slots} slots, {self.backend.label})")
             yield srv, client
+
+    @contextlib.asynccontextmanager
+    async def nodes(self, name: str, slots: int) -> AsyncIterator[Nodes]:
+        """`backend.nodes` fresh `jobdeck up` nodes sharing one fresh store, each with `slots` local
+        agent slots, and a client connected to each. (On SQLite: one node.)"""
+        async with self.backend.fresh(name) as env, contextlib.AsyncExitStack() as stack:
+            nodes = Nodes([], [])
+            for i in range(self.backend.nodes):
+                node = name if self.backend.nodes == 1 else f"{name}-{i + 1}"
+                srv = await stack.enter_async_context(jobdeck_server(node, slots, self.servers, env=env))
+                nodes.servers.append(srv)
+                nodes.clients.append(await stack.enter_async_context(BenchClient(srv.url)))
+                self.progress(f"server {node!r} up at {srv.url} (pid {srv.pid}, {slots} slots, {self.backend.label})")
+            yield nodes
 
     @contextlib.asynccontextmanager
     async def remote(self, name: str, slots: int) -> AsyncIterator[tuple[Server, Process, BenchClient]]:
         """A fresh `jobdeck server` (no local agent), one `jobdeck agent` process with `slots` slots
         registered with it, and a client connected to the server."""
         async with (
-            jobdeck_server(name, 0, self.servers, command="server") as srv,
+            self.backend.fresh(name) as env,
+            jobdeck_server(name, 0, self.servers, command="server", env=env) as srv,
             BenchClient(srv.url) as client,
             jobdeck_agent(name, srv.url, slots, self.servers) as agent,
         ):

@@ -34,6 +34,10 @@ E2E_FLOOR = Floor(">=", 5_000)
 PICKUP_P99_FLOOR = Floor("<=", 10.0)
 AGENT_NOOP_FLOOR = Floor(">=", 3_000)  # jobs/s through one remote agent process
 AGENT_RSS_FLOOR = Floor("<=", 500)  # MB, peak RSS of one agent process running 10,000 sleeping jobs
+# On PostgreSQL (issue 3): batch submit and e2e no-op on one node; pick-up at 200 jobs/s.
+PG_BATCH_SUBMIT_FLOOR = Floor(">=", 20_000)
+PG_E2E_FLOOR = Floor(">=", 3_000)
+PG_PICKUP_P99_FLOOR = Floor("<=", 15.0)
 
 
 @dataclass
@@ -76,23 +80,17 @@ def _number(v: float) -> str:
     return f"{v:.2f}"
 
 
-def render_table(figures: Sequence[Figure]) -> str:
-    """A fixed-width table; notes go in the last column, unwrapped."""
-    header = ("benchmark", "measure", "value", "unit", "floor", "verdict", "notes")
-    rows = [
-        (
-            f.bench,
-            f.measure,
-            "-" if f.value is None else _number(f.value),
-            f.unit,
-            "" if f.floor is None else str(f.floor),
-            f.verdict,
-            f.note,
-        )
-        for f in figures
-    ]
+def _value(f: Figure | None) -> str:
+    return "" if f is None else "-" if f.value is None else _number(f.value)
+
+
+def _judged(f: Figure | None) -> str:
+    return "" if f is None or f.floor is None else f"{f.floor} {f.verdict}"
+
+
+def _grid(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """A fixed-width table; the last column (the notes) is not padded."""
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header) - 1)]
-    right = {2}  # numbers align right
 
     def line(cells: Sequence[str]) -> str:
         parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))]
@@ -100,6 +98,36 @@ def render_table(figures: Sequence[Figure]) -> str:
 
     rule = "-" * (sum(widths) + 2 * len(widths) + len(header[-1]))
     return "\n".join([line(header), rule, *(line(r).rstrip() for r in rows)])
+
+
+def render_table(figures: Sequence[Figure]) -> str:
+    """A fixed-width table; notes go in the last column, unwrapped."""
+    header = ("benchmark", "measure", "value", "unit", "floor", "verdict", "notes")
+    rows = [(f.bench, f.measure, _value(f), f.unit, "" if f.floor is None else str(f.floor), f.verdict, f.note)
+            for f in figures]  # fmt: skip
+    return _grid(header, rows, right={2})
+
+
+def render_columns(columns: Sequence[tuple[str, Sequence[Figure]]]) -> str:
+    """Several runs of the same benchmarks side by side: one row per (benchmark, measure), a value
+    and a floor verdict per run; the notes of each run in the last column, labelled."""
+    by_key: dict[tuple[str, str], dict[str, Figure]] = {}
+    for label, figures in columns:
+        for f in figures:
+            by_key.setdefault((f.bench, f.measure), {})[label] = f
+    labels = [label for label, _ in columns]
+    header = ["benchmark", "measure", "unit"]
+    for label in labels:
+        header += [label, "floor"]
+    rows = []
+    for (bench, measure), runs in by_key.items():
+        unit = next(iter(runs.values())).unit
+        row = [bench, measure, unit]
+        for label in labels:
+            row += [_value(runs.get(label)), _judged(runs.get(label))]
+        notes = [f"[{label}] {runs[label].note}" for label in labels if label in runs and runs[label].note]
+        rows.append([*row, " | ".join(notes)])
+    return _grid([*header, "notes"], rows, right={3 + 2 * i for i in range(len(labels))})
 
 
 def _filesystem_of(path: Path) -> str:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -106,6 +106,7 @@ class Server(Process):
     """A running server and the URL of its API."""
 
     url: str
+    database: str = ""  # JOBDECK_DATABASE_URL if set: the store is a PostgreSQL server (its CPU is metered too)
 
 
 @dataclass
@@ -118,6 +119,8 @@ class CpuUsage:
     client: float
     agent_main: float | None = None  # None: no remote agent was measured
     agent_threads: float = 0.0
+    servers: int = 1  # several: the server figures are their sum
+    database: float | None = None  # every `postgres` process on this machine; None: not metered
 
     def note(self) -> str:
         def pct(cpu: float) -> str:
@@ -128,27 +131,55 @@ class CpuUsage:
             if self.agent_main is None
             else f", agent loop {pct(self.agent_main)} + threads {pct(self.agent_threads)}"
         )
-        return f"cpu: server loop {pct(self.server_main)} + threads {pct(self.server_threads)}{agent}, client {pct(self.client)}"
+        who = "server" if self.servers == 1 else f"{self.servers} servers' sum:"
+        db = "" if self.database is None else f", postgres {pct(self.database)}"
+        return (
+            f"cpu: {who} loop {pct(self.server_main)} + threads {pct(self.server_threads)}{agent}{db}, "
+            f"client {pct(self.client)}"
+        )
 
 
 class CpuMeter:
-    """Measures wall time and the CPU of the server, of a remote agent if given, and of this (client)
-    process over an interval."""
+    """Measures wall time and the CPU of the server (the sum over the nodes, if several), of a remote
+    agent if given, and of this (client) process over an interval."""
 
-    def __init__(self, server: Server, agent: Process | None = None) -> None:
-        self._server = server
+    def __init__(self, server: Server | Sequence[Server], agent: Process | None = None) -> None:
+        self._servers = [server] if isinstance(server, Server) else list(server)
         self._agent = agent
+        self._database = any(s.database for s in self._servers)
         self._start = self._sample()
 
     def _sample(self) -> tuple[float, ...]:
         agent = self._agent.cpu() if self._agent is not None else (0.0, 0.0)
-        return (time.perf_counter(), *self._server.cpu(), time.process_time(), *agent)
+        loops, threads = zip(*(s.cpu() for s in self._servers), strict=True)
+        db = postgres_cpu() if self._database else 0.0
+        return (time.perf_counter(), sum(loops), sum(threads), time.process_time(), *agent, db)
 
     def stop(self) -> CpuUsage:
-        wall, main, other, client, agent_main, agent_other = (
+        wall, main, other, client, agent_main, agent_other, db = (
             b - a for a, b in zip(self._start, self._sample(), strict=True)
         )
-        return CpuUsage(wall, main, other, client, agent_main if self._agent is not None else None, agent_other)
+        agent = agent_main if self._agent is not None else None
+        return CpuUsage(
+            wall, main, other, client, agent, agent_other, len(self._servers), db if self._database else None
+        )
+
+
+def postgres_cpu() -> float:
+    """CPU seconds used so far by every live `postgres` process on this machine (the server of a
+    local database: its backends, WAL writer, checkpointer...). A backend that exited between two
+    samples takes its seconds with it, so this is a floor; others' sessions would count too."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm, rest = text.split(" (", 1)[1].rsplit(")", 1)
+        if comm == "postgres":
+            fields = rest.split()
+            total += int(fields[11]) + int(fields[12])
+    return total / _TICK
 
 
 @dataclass
@@ -163,7 +194,11 @@ class ServerOptions:
 
 @contextlib.asynccontextmanager
 async def jobdeck_server(
-    name: str, slots: int, opts: ServerOptions, command: Literal["up", "server"] = "up"
+    name: str,
+    slots: int,
+    opts: ServerOptions,
+    command: Literal["up", "server"] = "up",
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Server]:
     """Run `jobdeck up` with `slots` local agent slots (or `jobdeck server`: a core node with no
     local agent) on a fresh data dir for the life of the block.
@@ -171,14 +206,15 @@ async def jobdeck_server(
     The port is chosen by the OS (`--port 0`) and read back from the ready line in the log, so
     two runs on a shared machine never race for a port. The server is stopped with SIGINT (a
     graceful shutdown) and killed if it does not stop in time. Its log is scanned afterwards.
+    `env`: added to its environment (e.g. JOBDECK_DATABASE_URL: the store is elsewhere).
     """
 
     def cmd(data_dir: Path) -> list[str]:
         local = ["--slots", str(slots)] if command == "up" else []
         return [sys.executable, "-m", "core.cli", command, "--data-dir", str(data_dir), "--port", "0", *local]
 
-    async with _supervised(name, "server", cmd, opts, _wait_ready) as (process, report, url):
-        yield Server(name, process, report, url)
+    async with _supervised(name, "server", cmd, opts, _wait_ready, env) as (process, report, url):
+        yield Server(name, process, report, url, (env or {}).get("JOBDECK_DATABASE_URL", ""))
 
 
 @contextlib.asynccontextmanager
@@ -204,6 +240,7 @@ async def _supervised(
     cmd: Callable[[Path], list[str]],
     opts: ServerOptions,
     ready: Callable[[subprocess.Popen[bytes], Path], Awaitable[T]],
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[tuple[subprocess.Popen[bytes], ProcessReport, T]]:
     """Start `cmd(dir)` with its log in a fresh dir, wait for `ready`, yield; then stop it and scan its log."""
     data_dir = Path(tempfile.mkdtemp(prefix=f"{name}-{kind}-", dir=opts.tmp_root))
@@ -214,7 +251,12 @@ async def _supervised(
         # A session of its own: a Ctrl-C in the terminal reaches only the benchmark, which then
         # stops the process in order (and never leaves it running).
         process = subprocess.Popen(
-            cmd(data_dir), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd(data_dir),
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=None if env is None else {**os.environ, **env},
         )
     profiler: Profiler | None = None
     failed = False

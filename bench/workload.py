@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -71,6 +72,20 @@ async def submit_in_batches(client: JobDeckClient, jobs: list[Json], batch_size:
         if out["created"] != expected:
             raise BenchError(f"a batch of {expected} jobs created {out['created']}")
     return durations
+
+
+async def submit_spread(
+    clients: Sequence[JobDeckClient], jobs: list[Json], batch_size: int
+) -> tuple[float, list[float]]:
+    """`submit_in_batches` split across nodes: the batches dealt to `clients` in turn, each client
+    sending its share one call after another, the clients at once; (wall seconds, seconds per call)."""
+    batches = [jobs[i : i + batch_size] for i in range(0, len(jobs), batch_size)]
+    shares = [[job for batch in batches[k :: len(clients)] for job in batch] for k in range(len(clients))]
+    t = time.perf_counter()
+    calls = await asyncio.gather(
+        *(submit_in_batches(c, share, batch_size) for c, share in zip(clients, shares, strict=True))
+    )
+    return time.perf_counter() - t, [d for durations in calls for d in durations]
 
 
 async def open_paused_queue(client: JobDeckClient, queue: str) -> None:

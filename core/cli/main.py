@@ -1,0 +1,197 @@
+"""The `jobdeck` command: its parser and entry point."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+
+from core.cli.nodes import cmd_agent, cmd_migrate, cmd_up, run_async
+from core.cli.remote import (
+    add_job_flags,
+    cmd_agents,
+    cmd_events,
+    cmd_jobs_action,
+    cmd_jobs_ls,
+    cmd_jobs_priority,
+    cmd_jobs_show,
+    cmd_jobs_tail,
+    cmd_queues,
+    cmd_schedules,
+    cmd_stats,
+    cmd_submit,
+    run_remote,
+)
+from core.client import DEFAULT_SERVER
+from core.errors import JobDeckError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jobdeck", description="JobDeck: a job scheduler with a live operator console.")
+    p.add_argument(
+        "--server", default=os.environ.get("JOBDECK_SERVER", DEFAULT_SERVER), help="core node URL (env JOBDECK_SERVER)"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for name, helptext in (("up", "run a node with local agents on the embedded store"), ("server", "run a core node")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("--host")
+        s.add_argument("--port", type=int)
+        s.add_argument("--data-dir", dest="data_dir")
+        s.add_argument(
+            "--slots",
+            type=int,
+            help="local agent slots" + (" (default 32)" if name == "up" else " (default 0: no local agent)"),
+        )
+        s.add_argument("--log-level", dest="log_level")
+        s.set_defaults(local=name == "up")
+
+    s = sub.add_parser("migrate", help="apply database migrations (JOBDECK_DATABASE_URL, or the SQLite file)")
+    s.add_argument("--data-dir", dest="data_dir")
+
+    s = sub.add_parser("agent", help="run an agent that takes jobs from a core node")
+    s.add_argument("--name", help="unique agent name (default: host-pid)")
+    s.add_argument("--queues", default="*", help="comma-separated queues to serve (default: all)")
+    s.add_argument("--slots", type=int, default=32, help="jobs run at once (default 32)")
+    s.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE", help="a label jobs can require (repeatable)"
+    )
+    s.add_argument(
+        "--import",
+        action="append",
+        default=[],
+        dest="imports",
+        metavar="MODULE",
+        help="a module declaring tasks (repeatable)",
+    )
+    s.add_argument(
+        "--heartbeat", type=float, default=5.0, help="seconds between heartbeats (at most a third of the lease)"
+    )
+    s.add_argument("--kill-grace", type=float, default=5.0, dest="kill_grace", help="SIGTERM to SIGKILL on cancel")
+    s.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        dest="shutdown_grace",
+        help="on SIGTERM, seconds running jobs get to finish",
+    )
+    s.set_defaults(run=None)
+
+    s = sub.add_parser("submit", help="submit a job")
+    add_job_flags(s)
+    s.add_argument("--at", help="run at this ISO 8601 time")
+    s.add_argument("--delay", type=float, help="run after this many seconds")
+    s.add_argument("--idempotency-key", dest="idempotency_key")
+    s.add_argument("--wait", action="store_true", help="wait until it finishes; exit 1 unless it succeeded")
+    s.add_argument("--wait-timeout", type=float, default=3600.0, dest="wait_timeout")
+    s.set_defaults(run=cmd_submit)
+
+    jobs = sub.add_parser("jobs", help="list, show and act on jobs").add_subparsers(
+        dest="jobs_command", required=True, metavar="ACTION"
+    )
+    s = jobs.add_parser("ls", help="list jobs, newest first")
+    s.add_argument("--state", help="comma-separated states")
+    s.add_argument("--queue")
+    s.add_argument("--name", help="name prefix")
+    s.add_argument("--tag")
+    s.add_argument("--limit", type=int, default=50)
+    s.add_argument("--cursor", type=int)
+    s.set_defaults(run=cmd_jobs_ls)
+    s = jobs.add_parser("tail", help="print a job's output and follow it live until it ends")
+    s.add_argument("id", type=int)
+    s.set_defaults(run=cmd_jobs_tail)
+    s = jobs.add_parser("show", help="a job with its attempts and output")
+    s.add_argument("id", type=int)
+    s.set_defaults(run=cmd_jobs_show)
+    for action in ("cancel", "pause", "resume", "retry"):
+        s = jobs.add_parser(action, help=f"{action} jobs")
+        s.add_argument("ids", type=int, nargs="+", metavar="ID")
+        s.set_defaults(run=cmd_jobs_action, action=action)
+    s = jobs.add_parser("priority", help="set the priority of a waiting job")
+    s.add_argument("id", type=int)
+    s.add_argument("priority", type=int)
+    s.set_defaults(run=cmd_jobs_priority)
+
+    queues = sub.add_parser("queues", help="list queues; pause, resume, limit them")
+    queues.set_defaults(run=cmd_queues)
+    qs = queues.add_subparsers(dest="queue_action", metavar="ACTION")
+    qs.add_parser("ls", help="list queues")
+    for action in ("pause", "resume"):
+        qs.add_parser(action, help=f"{action} a queue").add_argument("name")
+    s = qs.add_parser("concurrency", help="limit running jobs of a queue ('none' for no limit)")
+    s.add_argument("name")
+    s.add_argument("limit")
+
+    sched = sub.add_parser("schedules", help="recurring and one-time schedules")
+    sched.set_defaults(run=cmd_schedules)
+    ss = sched.add_subparsers(dest="schedule_action", metavar="ACTION")
+    ss.add_parser("ls", help="list schedules")
+    s = ss.add_parser("create", help="create a schedule")
+    s.add_argument("--name", required=True)
+    s.add_argument("--cron", help="cron expression, e.g. '*/5 * * * *'")
+    s.add_argument("--interval", type=float, help="every N seconds")
+    s.add_argument("--at", help="once, at this ISO 8601 time")
+    s.add_argument("--delay", type=float, help="once, after N seconds")
+    s.add_argument("--tz", default="UTC", help="IANA time zone of the cron expression")
+    s.add_argument("--paused", action="store_true")
+    add_job_flags(s, name_flag="--job-name")
+    s.set_defaults(idempotency_key=None)
+    for action in ("show", "pause", "resume", "delete", "run"):
+        ss.add_parser(action, help=f"{action} a schedule").add_argument("id", type=int)
+    s = ss.add_parser("preview", help="the next fire times")
+    s.add_argument("id", type=int)
+    s.add_argument("-n", type=int, default=10)
+
+    s = sub.add_parser("events", help="follow the live event feed")
+    s.add_argument("--since", type=int, help="start after this sequence number (default: now)")
+    s.add_argument("--queue", action="append")
+    s.add_argument("--job", action="append", type=int)
+    s.add_argument("--type", action="append", help="event type, e.g. job.failed or job.* (repeatable)")
+    s.set_defaults(run=cmd_events)
+
+    sub.add_parser("stats", help="counts and throughput").set_defaults(run=cmd_stats)
+    agents = sub.add_parser("agents", help="connected agents; drain one")
+    agents.set_defaults(run=cmd_agents)
+    ags = agents.add_subparsers(dest="agent_action", metavar="ACTION")
+    ags.add_parser("ls", help="list agents")
+    ags.add_parser("drain", help="give an agent no new work").add_argument("name")
+    _accept_common_flags_anywhere(p)
+    return p
+
+
+def _accept_common_flags_anywhere(parser: argparse.ArgumentParser) -> None:
+    # `jobdeck submit --server URL ...` should work as well as `jobdeck --server URL submit ...`.
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.add_argument("--server", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                child.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                _accept_common_flags_anywhere(child)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `jobdeck` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command in ("up", "server"):
+            return cmd_up(args, local_agent=args.local or (args.slots or 0) > 0)
+        if args.command == "agent":
+            return cmd_agent(args)
+        if args.command == "migrate":
+            return cmd_migrate(args)
+        return int(run_async(run_remote(args)))
+    except JobDeckError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `jobdeck jobs ls | head`: the reader has what it wanted
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+        return 0
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

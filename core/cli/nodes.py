@@ -1,0 +1,120 @@
+"""Commands that run JobDeck processes: up, server, agent, migrate. The composition root: the
+only place in core that starts agents."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from core.client import DEFAULT_SERVER
+from core.config import load_settings
+from core.errors import JobDeckError
+
+if TYPE_CHECKING:
+    from core.node import Node
+
+
+def attach_local_agent(node: Node, name: str | None = None) -> None:
+    """Run an agent inside the node over an in-process channel: the same runtime remote agents use."""
+    from agents.runtime import AgentConfig, AgentRuntime
+    from core.protocol import LocalChannel
+
+    settings = node.settings
+    core_end, agent_end = LocalChannel.pair()
+    config = AgentConfig(
+        name=name or f"local-{os.getpid()}",
+        slots=settings.local_slots,
+        heartbeat_seconds=settings.heartbeat_seconds,
+        kill_grace_seconds=settings.kill_grace_seconds,
+        output_tail_bytes=settings.output_tail_bytes,
+    )
+    runtime = AgentRuntime(config)
+    if getattr(node.store, "single_node", False):
+        node.spawn(node.engine.hub.reclaim_orphans("local-", config.name), "reclaim-orphans")
+    node.spawn(node.engine.attach_agent(core_end), "local-agent-session")
+    node.spawn(runtime.serve(agent_end), "local-agent")
+    node.on_stop(lambda: runtime.shutdown(settings.shutdown_grace_seconds), hurry=runtime.hurry)
+
+
+def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
+    settings = load_settings(
+        data_dir=args.data_dir, host=args.host, port=args.port, local_slots=args.slots, log_level=args.log_level
+    )
+    if local_agent and settings.local_slots <= 0:
+        local_agent = False
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> None:
+        from core.node import Node
+
+        node = Node(settings)
+        await node.start()
+        if local_agent:
+            attach_local_agent(node)
+
+        def ready(url: str) -> None:
+            agents = f", local agent with {settings.local_slots} slots" if local_agent else ", no local agents"
+            print(f"JobDeck is up: API {url}  (store {settings.store_label}{agents})", flush=True)
+            hint = "" if url == DEFAULT_SERVER else f"   (another port: export JOBDECK_SERVER={url})"
+            print(f"  try: jobdeck submit -- echo hello{hint}   |   API docs: {url}/docs", flush=True)
+
+        await node.serve(ready)
+
+    run_async(main())
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Bring the store's schema up to date (nodes also do it when they start) and say its version."""
+    settings = load_settings(data_dir=args.data_dir)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    async def main() -> int:
+        from core.bus import LocalBus
+        from core.node import open_store
+
+        store = open_store(settings, LocalBus())
+        await store.open()
+        try:
+            return store.schema_version
+        finally:
+            await store.close()
+
+    version = run_async(main())
+    print(f"schema version {version}: {settings.store_label}")
+    return 0
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from agents.main import main as agent_main
+
+    labels = {}
+    for pair in args.label:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise JobDeckError(f"--label {pair!r} must look like key=value")
+        labels[key] = value
+    if args.slots < 1:
+        raise JobDeckError("--slots must be at least 1")
+    return agent_main(
+        args.server,
+        name=args.name,
+        queues=[q for q in args.queues.split(",") if q],
+        slots=args.slots,
+        labels=labels,
+        imports=args.imports,
+        heartbeat_seconds=args.heartbeat,
+        kill_grace_seconds=args.kill_grace,
+        shutdown_grace_seconds=args.shutdown_grace,
+    )
+
+
+def run_async(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)

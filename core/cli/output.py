@@ -1,0 +1,108 @@
+"""How the CLI shows things to people: tables, one-line summaries, details (or JSON with --json)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+JOB_COLUMNS = (("id", 8), ("name", 28), ("queue", 12), ("state", 10), ("priority", 8), ("attempt", 7), ("run_at", 19))
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, int]]) -> str:
+    def cell(v: Any, w: int) -> str:
+        if v is None:
+            s = "-"
+        elif isinstance(v, bool):
+            s = "yes" if v else "no"
+        elif isinstance(v, dict):
+            s = ",".join(f"{k}={x}" for k, x in v.items()) or "-"
+        elif isinstance(v, (list, tuple)):
+            s = ",".join(map(str, v)) or "-"
+        elif isinstance(v, str) and len(v) >= 25 and v[10] == "T" and v[4] == v[7] == "-":
+            s = v[:19].replace("T", " ")  # an ISO time: to the second is enough in a table
+        else:
+            s = str(v)
+        return (s if len(s) <= w else s[: w - 1] + "…").ljust(w)
+
+    lines = ["  ".join(cell(c.upper(), w) for c, w in columns).rstrip()]
+    lines += ["  ".join(cell(r.get(c), w) for c, w in columns).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def show(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> None:
+    if args.json:
+        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(human(data))
+
+
+def job_line(j: dict[str, Any]) -> str:
+    notes = [
+        "cancel requested" if j.get("cancel_requested") else "",
+        f"waiting: {j['waiting_for']}" if j.get("waiting_for") else "",
+        "an earlier job with this idempotency key" if j.get("deduplicated") else "",
+    ]
+    extra = "; ".join(n for n in notes if n)
+    return f"job {j['id']} {j['name']!r} on queue {j['queue']}: {j['state']}" + (f" ({extra})" if extra else "")
+
+
+def job_detail(data: dict[str, Any]) -> str:
+    j, attempts = data["job"], data["attempts"]
+    out = [job_line(j)]
+    for k in ("priority", "attempt", "max_attempts", "run_at", "created_at", "started_at", "finished_at", "timeout",
+              "agent", "last_error", "result", "tags"):  # fmt: skip
+        if j.get(k) not in (None, [], ""):
+            out.append(f"  {k:<13} {j[k]}")
+    out.append(f"  {'task':<13} {orjson.dumps(j['task']).decode()}")
+    for a in attempts:
+        out.append(
+            f"\nattempt {a['attempt']}: {a['outcome']} on {a['agent']}" + (f" — {a['error']}" if a["error"] else "")
+        )
+        if a.get("output"):
+            out += ["  | " + line for line in a["output"].rstrip("\n").splitlines()[-40:]]
+    return "\n".join(out)
+
+
+QUEUE_COLUMNS = (("name", 20), ("paused", 6), ("concurrency", 11), ("depth", 8), ("running", 8), ("scheduled", 9))
+
+
+SCHEDULE_COLUMNS = (
+    ("id", 5),
+    ("name", 24),
+    ("kind", 8),
+    ("cron", 16),
+    ("interval", 8),
+    ("timezone", 16),
+    ("paused", 6),
+    ("next_fire_at", 19),
+)
+
+
+def schedule_line(s: dict[str, Any]) -> str:
+    when = s["cron"] or (f"every {s['interval']:g} s" if s["interval"] else f"once at {s['at']}")
+    state = "paused" if s["paused"] else f"next fire {s['next_fire_at'] or 'never (no time left)'}"
+    return f"schedule {s['id']} {s['name']!r} ({when}, {s['timezone']}): {state}"
+
+
+def schedule_detail(s: dict[str, Any]) -> str:
+    lines = [schedule_line(s)]
+    for k in ("last_fire_at", "fired", "created_at"):
+        lines.append(f"  {k:<13} {s[k] if s[k] is not None else '-'}")
+    lines.append(f"  {'job':<13} {orjson.dumps(s['job']).decode()}")
+    return "\n".join(lines)
+
+
+def event_line(e: dict[str, Any]) -> str:
+    d = e.get("data") or {}
+    job = d.get("job")
+    what = job_line(job) if job else orjson.dumps(d).decode()[:160]
+    extra = f" — {d['error']}" if d.get("error") else ""
+    return f"{e['seq']:>8}  {e['ts'][11:23]}  {e['type']:<22} {what}{extra}"
+
+
+AGENT_COLUMNS = (("name", 24), ("host", 14), ("slots", 6), ("slots_used", 10), ("draining", 8),
+                 ("heartbeat_age", 13), ("queues", 16), ("labels", 20))  # fmt: skip

@@ -1,0 +1,295 @@
+"""Commands that talk to a running node through core.client: submit, jobs, queues, schedules, events."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from core.cli.output import (
+    AGENT_COLUMNS,
+    JOB_COLUMNS,
+    QUEUE_COLUMNS,
+    SCHEDULE_COLUMNS,
+    event_line,
+    job_detail,
+    job_line,
+    schedule_detail,
+    schedule_line,
+    show,
+    table,
+)
+from core.client import JobDeckClient
+from core.errors import JobDeckError
+
+
+def _pairs(items: list[str] | None, sep: str, flag: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, found, value = item.partition(sep)
+        if not found or not key.strip():
+            raise JobDeckError(f"{flag} {item!r} must look like NAME{sep}VALUE")
+        out[key.strip()] = value.strip() if sep == ":" else value
+    return out
+
+
+def _job_spec(args: argparse.Namespace) -> dict[str, Any]:
+    kinds = [k for k, given in (("-- COMMAND", args.argv), ("--sh", args.sh), ("--http", args.http),
+                                ("--python", args.python)) if given]  # fmt: skip
+    if len(kinds) > 1:
+        raise JobDeckError(f"say one thing to run, not {' and '.join(kinds)}")
+    if args.http:
+        task: dict[str, Any] = {"kind": "http", "method": args.method, "url": args.http}
+        if args.header:
+            task["headers"] = _pairs(args.header, ":", "--header")
+        if args.body is not None:
+            task["body"] = args.body
+    elif args.python:
+        task = {"kind": "python", "function": args.python, "args": _json_arg(args.args, "--args", list),
+                "kwargs": _json_arg(args.kwargs, "--kwargs", dict)}  # fmt: skip
+    elif args.sh:
+        task = {"kind": "shell", "command": args.sh}
+    elif args.argv:
+        task = {"kind": "shell", "argv": args.argv}
+    else:
+        raise JobDeckError(
+            "say what to run: `-- COMMAND ARGS`, --sh 'shell string', --http URL or --python module:function"
+        )
+    if args.env:
+        task["env"] = _pairs(args.env, "=", "--env")
+    if args.cwd:
+        task["cwd"] = args.cwd
+    spec: dict[str, Any] = {"task": task}
+    if args.job_name:
+        spec["name"] = args.job_name
+    for key in ("queue", "priority", "max_attempts", "timeout", "idempotency_key"):
+        if getattr(args, key, None) is not None:
+            spec[key] = getattr(args, key)
+    if args.tag:
+        spec["tags"] = args.tag
+    return spec
+
+
+def _json_arg(raw: str | None, flag: str, kind: type) -> Any:
+    if raw is None:
+        return kind()
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise JobDeckError(f"{flag} is not valid JSON: {exc}") from None
+    if not isinstance(value, kind):
+        raise JobDeckError(f"{flag} must be a JSON {'array' if kind is list else 'object'}")
+    return value
+
+
+def add_job_flags(p: argparse.ArgumentParser, name_flag: str = "--name") -> None:
+    g = p.add_argument_group("what to run (one of)")
+    g.add_argument("argv", nargs="*", help="a command and its arguments, after --")
+    g.add_argument("--sh", metavar="STRING", help="a /bin/sh command string")
+    g.add_argument("--http", metavar="URL", help="send an HTTP request")
+    g.add_argument("--python", metavar="MODULE:FUNCTION", help="call a Python function")
+    p.add_argument("--method", default="GET", help="HTTP method (with --http)")
+    p.add_argument("--header", action="append", metavar="NAME:VALUE", help="HTTP header (repeatable)")
+    p.add_argument("--body", help="HTTP body (with --http)")
+    p.add_argument("--args", help="JSON array of arguments (with --python)")
+    p.add_argument("--kwargs", help="JSON object of keyword arguments (with --python)")
+    p.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable (repeatable)")
+    p.add_argument("--cwd", help="working directory of the command")
+    p.add_argument(name_flag, dest="job_name", help="job name (default: from the command)")
+    p.add_argument("--queue")
+    p.add_argument("--priority", type=int, help="higher runs first (-1000..1000, default 0)")
+    p.add_argument("--max-attempts", type=int, dest="max_attempts")
+    p.add_argument("--timeout", type=float, help="seconds before the run is killed")
+    p.add_argument("--tag", action="append", help="a tag (repeatable)")
+
+
+async def run_remote(args: argparse.Namespace) -> int:
+    async with JobDeckClient(args.server) as c:
+        return int(await args.run(c, args))
+
+
+async def cmd_submit(c: JobDeckClient, args: argparse.Namespace) -> int:
+    spec = _job_spec(args)
+    if args.at:
+        spec["run_at"] = args.at
+    if args.delay is not None:
+        spec["delay"] = args.delay
+    job = await c.submit(spec)
+    if not args.wait:
+        show(args, job, job_line)
+        return 0
+    if not args.json:
+        print(job_line(job), flush=True)
+    try:
+        job = await c.wait_for(job["id"], timeout=args.wait_timeout)
+    except TimeoutError:
+        now = await c.get_job(job["id"])
+        raise JobDeckError(
+            f"job {job['id']} did not finish within {args.wait_timeout:g} s; it is {now['state']} "
+            f"(follow it with: jobdeck jobs tail {job['id']})"
+        ) from None
+    attempts = await c.attempts(job["id"])
+    show(args, {"job": job, "attempts": attempts}, job_detail)
+    return 0 if job["state"] == "succeeded" else 1
+
+
+async def cmd_jobs_ls(c: JobDeckClient, args: argparse.Namespace) -> int:
+    page = await c.list_jobs(state=args.state, queue=args.queue, name_prefix=args.name, tag=args.tag,
+                             limit=args.limit, cursor=args.cursor)  # fmt: skip
+
+    def human(p: dict[str, Any]) -> str:
+        text = table(p["jobs"], JOB_COLUMNS)
+        return text + (f"\nmore: --cursor {p['next_cursor']}" if p["next_cursor"] else "")
+
+    show(args, page, human)
+    return 0
+
+
+async def cmd_jobs_show(c: JobDeckClient, args: argparse.Namespace) -> int:
+    data = {"job": await c.get_job(args.id), "attempts": await c.attempts(args.id)}
+    show(args, data, job_detail)
+    return 0
+
+
+async def cmd_jobs_action(c: JobDeckClient, args: argparse.Namespace) -> int:
+    failed = 0
+    results = []
+    for job_id in args.ids:
+        try:
+            results.append(await c.job_action(job_id, args.action))
+        except JobDeckError as exc:
+            failed += 1
+            print(f"error: {exc.message}", file=sys.stderr)
+    if results:
+        show(args, results if len(results) > 1 else results[0],
+               lambda r: "\n".join(job_line(j) for j in (r if isinstance(r, list) else [r])))  # fmt: skip
+    return 1 if failed else 0
+
+
+FINAL = ("succeeded", "dead", "cancelled")
+
+
+async def cmd_jobs_tail(c: JobDeckClient, args: argparse.Namespace) -> int:
+    """Print a job's output and follow it live until the job ends (like tail -f)."""
+    since = (await c.health())["last_seq"]
+    current = await c.output(args.id)
+    sys.stdout.write(current["output"])
+    sys.stdout.flush()
+    if current["state"] in FINAL:
+        return 0 if current["state"] == "succeeded" else 1
+    async for e in c.events(since=since, job_ids=[args.id], types=["job.output", "job.*"]):
+        if e["type"] == "job.output":
+            sys.stdout.write(e["data"]["text"])
+            sys.stdout.flush()
+            continue
+        state = (e.get("data") or {}).get("job", {}).get("state")
+        if state in FINAL or state == "failed":
+            print(
+                f"\n[job {args.id} {state}" + (f": {e['data'].get('error')}" if e["data"].get("error") else "") + "]",
+                file=sys.stderr,
+            )
+            if state in FINAL:
+                return 0 if state == "succeeded" else 1
+    return 0
+
+
+async def cmd_jobs_priority(c: JobDeckClient, args: argparse.Namespace) -> int:
+    job = await c.set_priority(args.id, args.priority)
+    show(args, job, lambda j: job_line(j) + f", priority {j['priority']}")
+    return 0
+
+
+async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
+    action = getattr(args, "queue_action", None) or "ls"
+    if action == "ls":
+        show(args, await c.queues(), lambda qs: table(qs, QUEUE_COLUMNS))
+    elif action in ("pause", "resume"):
+        show(
+            args,
+            await c.queue_action(args.name, action),
+            lambda q: f"queue {q['name']}: {'paused' if q['paused'] else 'running'}",
+        )
+    else:
+        if args.limit.lower() in ("none", "off", "unlimited"):
+            limit = None
+        elif args.limit.isdigit():
+            limit = int(args.limit)
+        else:
+            raise JobDeckError(f"concurrency must be a number or 'none', not {args.limit!r}")
+        show(
+            args,
+            await c.set_concurrency(args.name, limit),
+            lambda q: f"queue {q['name']}: concurrency {q['concurrency'] or 'unlimited'}",
+        )
+    return 0
+
+
+async def cmd_schedules(c: JobDeckClient, args: argparse.Namespace) -> int:
+    action = getattr(args, "schedule_action", None) or "ls"
+    if action == "ls":
+        show(args, await c.schedules(), lambda ss: table(ss, SCHEDULE_COLUMNS))
+    elif action == "create":
+        spec: dict[str, Any] = {"name": args.name, "job": _job_spec(args), "timezone": args.tz, "paused": args.paused}
+        spec["job"].pop("idempotency_key", None)
+        for k in ("cron", "interval", "at", "delay"):
+            if getattr(args, k) is not None:
+                spec[k] = getattr(args, k)
+        s = await c.create_schedule(spec)
+        show(args, s, schedule_line)
+    elif action == "show":
+        show(args, await c.get_schedule(args.id), schedule_detail)
+    elif action == "preview":
+        p = await c.preview(args.id, args.n)
+        show(
+            args,
+            p,
+            lambda p: (
+                f"next fire times ({p['timezone']}):\n"
+                + "\n".join(f"  {t['local']}   {t['utc']} UTC" for t in p["fire_times"])
+            ),
+        )
+    elif action == "delete":
+        await c.delete_schedule(args.id)
+        show(args, {"deleted": args.id}, lambda _: f"schedule {args.id} deleted")
+    elif action == "run":
+        show(args, await c.schedule_action(args.id, "run"), job_line)
+    else:
+        s = await c.schedule_action(args.id, action)
+        show(args, s, schedule_line)
+    return 0
+
+
+async def cmd_events(c: JobDeckClient, args: argparse.Namespace) -> int:
+    async for e in c.events(since=args.since, queues=args.queue or (), job_ids=args.job or (), types=args.type or ()):
+        if args.json:
+            sys.stdout.write(orjson.dumps(e).decode() + "\n")
+        else:
+            print(event_line(e))
+        sys.stdout.flush()
+    return 0
+
+
+async def cmd_stats(c: JobDeckClient, args: argparse.Namespace) -> int:
+    def human(s: dict[str, Any]) -> str:
+        lines = [
+            f"jobs/s (last minute): {s['jobs_per_second']}",
+            "by state: " + ", ".join(f"{k} {v}" for k, v in sorted(s["by_state"].items())),
+        ]
+        lines += [
+            f"  {q}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) for q, c in sorted(s["by_queue"].items())
+        ]
+        return "\n".join(lines)
+
+    show(args, await c.stats(), human)
+    return 0
+
+
+async def cmd_agents(c: JobDeckClient, args: argparse.Namespace) -> int:
+    if getattr(args, "agent_action", None) == "drain":
+        a = await c.drain_agent(args.name)
+        show(args, a, lambda a: f"agent {a['name']}: draining, {a['slots_used']} jobs still running")
+        return 0
+    show(args, await c.agents(), lambda a: table(a, AGENT_COLUMNS))
+    return 0
