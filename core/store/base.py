@@ -9,12 +9,32 @@ from typing import Any, Protocol
 
 import orjson
 
-from core.errors import JobDeckError
+from core.errors import JobDeckError, NotFound
 from core.model import Change, Job, iso
 from core.schedule import Schedule
 
 #: A decision about one job, applied inside the store's transaction (see core.model.decide_*).
 Decide = Callable[[Job], Change]
+
+
+def apply_decisions(
+    jobs: dict[int, Job], decisions: dict[int, Decide], apply: Callable[[Job, Change], Job]
+) -> dict[int, Job | JobDeckError]:
+    """Run each job's decision on it (as the store loaded it, in its transaction) and `apply` the
+    change; a missing job or a refused decision is that job's error, not the whole batch's."""
+    out: dict[int, Job | JobDeckError] = {}
+    for job_id, decide in decisions.items():
+        job = jobs.get(job_id)
+        if job is None:
+            out[job_id] = NotFound(f"no job with id {job_id}", field="id")
+            continue
+        try:
+            change = decide(job)
+        except JobDeckError as exc:
+            out[job_id] = exc
+            continue
+        out[job_id] = apply(job, change)
+    return out
 
 
 @dataclass(slots=True)

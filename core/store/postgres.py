@@ -24,7 +24,7 @@ from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
 from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
 from core.store._pg_writes import JobChanges, insert_jobs
-from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter
+from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter, apply_decisions
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -174,18 +174,7 @@ class PostgresStore:
         async def op(tx: PgTx) -> dict[int, Job | JobDeckError]:
             jobs = {j.id: j for j in sql.to_jobs(await tx.conn.fetch(sql.LOCK_JOBS, list(decisions)))}
             applier = JobChanges(tx)
-            out: dict[int, Job | JobDeckError] = {}
-            for job_id, decide in decisions.items():
-                job = jobs.get(job_id)
-                if job is None:
-                    out[job_id] = NotFound(f"no job with id {job_id}", field="id")
-                    continue
-                try:
-                    change = decide(job)
-                except JobDeckError as exc:
-                    out[job_id] = exc
-                    continue
-                out[job_id] = applier.apply(job, change)
+            out = apply_decisions(jobs, decisions, applier.apply)
             await applier.flush()
             return out
 

@@ -26,7 +26,7 @@ from core.model import (
 )
 from core.schedule import Schedule, schedule_to_dict
 from core.store._sqlite_writer import OnCommit, Tx, Writer, connect
-from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter
+from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter, apply_decisions
 
 T = TypeVar("T")
 
@@ -310,20 +310,8 @@ class SQLiteStore:
         """Apply one decision per job id in one transaction; per-job errors are returned, not raised."""
 
         def op(tx: Tx) -> dict[int, Job | JobDeckError]:
-            jobs = _load_jobs(tx.conn, list(decisions))
             applier = _Applier(tx)
-            out: dict[int, Job | JobDeckError] = {}
-            for job_id, decide in decisions.items():
-                job = jobs.get(job_id)
-                if job is None:
-                    out[job_id] = NotFound(f"no job with id {job_id}", field="id")
-                    continue
-                try:
-                    change = decide(job)
-                except JobDeckError as exc:
-                    out[job_id] = exc
-                    continue
-                out[job_id] = applier.apply(job, change)
+            out = apply_decisions(_load_jobs(tx.conn, list(decisions)), decisions, applier.apply)
             applier.flush()
             return out
 
