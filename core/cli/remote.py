@@ -69,6 +69,8 @@ def _job_spec(args: argparse.Namespace) -> dict[str, Any]:
             spec[key] = getattr(args, key)
     if args.tag:
         spec["tags"] = args.tag
+    if args.label:
+        spec["labels"] = _pairs(args.label, "=", "--label")
     return spec
 
 
@@ -103,6 +105,9 @@ def add_job_flags(p: argparse.ArgumentParser, name_flag: str = "--name") -> None
     p.add_argument("--max-attempts", type=int, dest="max_attempts")
     p.add_argument("--timeout", type=float, help="seconds before the run is killed")
     p.add_argument("--tag", action="append", help="a tag (repeatable)")
+    p.add_argument(
+        "--label", action="append", metavar="KEY=VALUE", help="only agents with this label run it (repeatable)"
+    )
 
 
 async def run_remote(args: argparse.Namespace) -> int:

@@ -1,0 +1,69 @@
+"""The `jobdeck` command as a user types it: tables, --json, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, ServerProcess
+
+
+def jobdeck(server: ServerProcess | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    url = server.url if server else "http://127.0.0.1:9"
+    return subprocess.run([sys.executable, "-m", "core.cli", "--server", url, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def test_submit_wait_shows_the_output_and_the_exit_code_follows_the_job(jobdeck_process: ServerProcess) -> None:
+    ok = jobdeck(jobdeck_process, "submit", "--wait", "--sh", "echo hello from a job")
+    assert ok.returncode == 0 and "succeeded" in ok.stdout and "| hello from a job" in ok.stdout, ok.stdout
+    bad = jobdeck(jobdeck_process, "submit", "--wait", "--max-attempts", "1", "--", "false")
+    assert bad.returncode == 1 and "dead" in bad.stdout, bad.stdout
+
+
+def test_json_output_and_tables(jobdeck_process: ServerProcess) -> None:
+    made = jobdeck(
+        jobdeck_process, "--json", "submit", "--queue", "cli", "--label", "gpu=true", "--delay", "60", "--", "true"
+    )
+    job = json.loads(made.stdout)
+    assert job["labels"] == {"gpu": "true"} and job["state"] == "scheduled" and job["queue"] == "cli"
+    listing = jobdeck(jobdeck_process, "jobs", "ls", "--queue", "cli")
+    header, row = listing.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["ID", "NAME", "QUEUE", "STATE"] and f"{job['id']}" in row and "scheduled" in row
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("submit", "--env", "FOO", "--", "true"), "--env 'FOO' must look like NAME=VALUE"),
+        (("submit", "--sh", "echo", "--", "echo"), "say one thing to run, not -- COMMAND and --sh"),
+        (("submit", "--priority", "5000", "--", "true"), "priority: Input should be less than or equal to 1000"),
+        (("jobs", "show", "999999"), "no job with id 999999"),
+        (("schedules", "create", "--name", "x", "--cron", "61 * * * *", "--", "true"), "'61 * * * *'"),
+        (("queues", "concurrency", "default", "lots"), "concurrency must be a number or 'none'"),
+    ],
+)
+def test_bad_input_is_one_line_without_a_traceback(
+    jobdeck_process: ServerProcess, args: tuple[str, ...], message: str
+) -> None:
+    out = jobdeck(jobdeck_process, *args)
+    assert out.returncode == 1, out
+    assert message in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_an_unreachable_server_says_where_it_looked() -> None:
+    for args in (("jobs", "ls"), ("events",)):
+        out = jobdeck(None, *args, timeout=30)
+        assert out.returncode == 1 and "cannot reach JobDeck" in out.stderr and "127.0.0.1:9" in out.stderr, out.stderr
+
+
+def test_a_closed_pipe_is_not_an_error(jobdeck_process: ServerProcess) -> None:
+    for _ in range(3):
+        jobdeck(jobdeck_process, "submit", "--", "true")
+    cmd = f"{sys.executable} -m core.cli --server {jobdeck_process.url} jobs ls | head -1"
+    out = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("ID") and out.stderr == "", out.stderr
