@@ -146,6 +146,16 @@ def jobdeck_process(tmp_path: Path) -> Iterator[ServerProcess]:
                 sp.kill()
 
 
+async def take(events: Any, n: int) -> Any:
+    """The first `n` items of an async iterator (a feed), then stop."""
+    count = 0
+    async for e in events:
+        yield e
+        count += 1
+        if count >= n:
+            return
+
+
 async def until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
     """Poll `predicate` (sync or async) until it returns something truthy, and return that."""
     deadline = time.monotonic() + timeout

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from core.errors import NotFound
 from core.model import Job
 from core.store import _pg_sql as sql
-from core.store.base import Event, EventFilter, JobFilter
+from core.store.base import Event, EventFilter, JobFilter, queue_view
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -73,18 +73,7 @@ async def list_queues(c: Conn) -> list[dict[str, Any]]:
     counts = await _counts(c)
     out = []
     for name, paused, concurrency in await c.fetch("SELECT name, paused, concurrency FROM queues ORDER BY name"):
-        by_state = counts.get(name, {})
-        out.append(
-            {
-                "name": name,
-                "paused": paused,
-                "concurrency": concurrency,
-                "depth": by_state.get("queued", 0),
-                "running": by_state.get("running", 0),
-                "scheduled": by_state.get("scheduled", 0) + by_state.get("failed", 0),
-                "counts": by_state,
-            }
-        )
+        out.append(queue_view(name, paused, concurrency, counts.get(name, {})))
     return out
 
 

@@ -37,6 +37,36 @@ def apply_decisions(
     return out
 
 
+def split_by_idempotency(jobs: Sequence[Job], known: dict[str, Job]) -> tuple[list[tuple[Job, bool]], list[Job]]:
+    """(what the submit returns, in order: (job, created); the jobs to insert). A job whose key is
+    `known` (stored already) or used earlier in the same batch returns that job instead."""
+    out: list[tuple[Job, bool]] = []
+    new: list[Job] = []
+    for j in jobs:
+        key = j.idempotency_key
+        if key is not None and key in known:
+            out.append((known[key], False))
+            continue
+        if key is not None:
+            known[key] = j
+        new.append(j)
+        out.append((j, True))
+    return out, new
+
+
+def queue_view(name: str, paused: bool, concurrency: int | None, by_state: dict[str, int]) -> dict[str, Any]:
+    """A queue as the API shows it: its settings and how many of its jobs wait and run."""
+    return {
+        "name": name,
+        "paused": bool(paused),
+        "concurrency": concurrency,
+        "depth": by_state.get("queued", 0),
+        "running": by_state.get("running", 0),
+        "scheduled": by_state.get("scheduled", 0) + by_state.get("failed", 0),
+        "counts": by_state,
+    }
+
+
 @dataclass(slots=True)
 class JobFilter:
     """Filters of a job listing; every field is optional."""

@@ -24,7 +24,7 @@ from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
 from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
 from core.store._pg_writes import JobChanges, insert_jobs
-from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter, apply_decisions
+from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter, apply_decisions, split_by_idempotency
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -126,17 +126,7 @@ class PostgresStore:
 
         async def op(tx: PgTx) -> list[tuple[Job, bool]]:
             known = await by_keys(tx, [j.idempotency_key for j in jobs if j.idempotency_key])
-            out: list[tuple[Job, bool]] = []
-            new: list[Job] = []
-            for j in jobs:
-                key = j.idempotency_key
-                if key is not None and key in known:
-                    out.append((known[key], False))
-                    continue
-                if key is not None:
-                    known[key] = j
-                new.append(j)
-                out.append((j, True))
+            out, new = split_by_idempotency(jobs, known)
             made = {id(j) for j in await insert_jobs(tx, new, self._job_id_seq)}
             lost = [j for j in new if id(j) not in made]
             if lost:  # another node committed the same key since we looked

@@ -26,7 +26,16 @@ from core.model import (
 )
 from core.schedule import Schedule, schedule_to_dict
 from core.store._sqlite_writer import OnCommit, Tx, Writer, connect
-from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter, apply_decisions
+from core.store.base import (
+    ClaimRequest,
+    Decide,
+    Event,
+    EventFilter,
+    JobFilter,
+    apply_decisions,
+    queue_view,
+    split_by_idempotency,
+)
 
 T = TypeVar("T")
 
@@ -234,17 +243,7 @@ class SQLiteStore:
             for chunk in _chunks(keys):
                 q = f"{_SELECT_JOB} WHERE idempotency_key IN ({', '.join('?' * len(chunk))})"
                 known.update({row[16]: _job(row) for row in tx.conn.execute(q, tuple(chunk))})
-            out: list[tuple[Job, bool]] = []
-            new: list[Job] = []
-            for j in jobs:
-                key = j.idempotency_key
-                if key is not None and key in known:
-                    out.append((known[key], False))
-                    continue
-                if key is not None:
-                    known[key] = j
-                new.append(j)
-                out.append((j, True))
+            out, new = split_by_idempotency(jobs, known)
             _insert_jobs(tx, new)
             return out
 
@@ -408,18 +407,7 @@ class SQLiteStore:
                 counts.setdefault(queue, {})[state] = n
             out = []
             for name, paused, concurrency in c.execute("SELECT name, paused, concurrency FROM queues ORDER BY name"):
-                by_state = counts.get(name, {})
-                out.append(
-                    {
-                        "name": name,
-                        "paused": bool(paused),
-                        "concurrency": concurrency,
-                        "depth": by_state.get("queued", 0),
-                        "running": by_state.get("running", 0),
-                        "scheduled": by_state.get("scheduled", 0) + by_state.get("failed", 0),
-                        "counts": by_state,
-                    }
-                )
+                out.append(queue_view(name, paused, concurrency, counts.get(name, {})))
             return out
 
         return await self._read(q)

@@ -9,7 +9,7 @@ import httpx
 import orjson
 import websockets
 
-from tests.conftest import RunningNode
+from tests.conftest import RunningNode, take
 
 NOOP = {"kind": "python", "function": "agents.builtin:noop"}
 
@@ -35,28 +35,19 @@ async def test_resume_with_since_gets_exactly_what_was_missed(running: RunningNo
     start = (await c.health())["last_seq"]
     first = await c.submit_batch([{"task": NOOP, "queue": "resume"} for _ in range(20)])
     await c.wait_for(first["ids"][-1])
-    seen = [e async for e in _take(c.events(since=start, queues=["resume"]), 25)]
+    seen = [e async for e in take(c.events(since=start, queues=["resume"]), 25)]
     last = seen[-1]["seq"]
     # While "disconnected", more happens.
     more = await c.submit_batch([{"task": NOOP, "queue": "resume"} for _ in range(20)])
     for i in more["ids"]:
         await c.wait_for(i)
-    resumed = [e async for e in _take(c.events(since=last, queues=["resume"], until_caught_up=True), 10_000)]
+    resumed = [e async for e in take(c.events(since=last, queues=["resume"], until_caught_up=True), 10_000)]
     stored = orjson.loads(
         (await httpx.AsyncClient().get(f"{running.url}/v1/events", params={"since": start, "queues": "resume"})).content
     )["events"]
     expected = [e["seq"] for e in stored if e["seq"] > last]
     assert [e["seq"] for e in resumed] == expected, "a resumed feed must have no gap and no repeat"
     assert len(seen) + len(resumed) == len(stored) == 40 * 3
-
-
-async def _take(it: Any, n: int) -> Any:
-    count = 0
-    async for e in it:
-        yield e
-        count += 1
-        if count >= n:
-            return
 
 
 async def test_filters_by_type_and_job(running: RunningNode) -> None:
@@ -66,12 +57,12 @@ async def test_filters_by_type_and_job(running: RunningNode) -> None:
     b = await c.submit({"task": {"kind": "python", "function": "agents.builtin:fail"}, "max_attempts": 1})
     await c.wait_for(a["id"])
     await c.wait_for(b["id"])
-    only_dead = [e async for e in _take(c.events(since=start, types=["job.dead"], until_caught_up=True), 100)]
+    only_dead = [e async for e in take(c.events(since=start, types=["job.dead"], until_caught_up=True), 100)]
     assert [(e["type"], e["job_id"]) for e in only_dead] == [("job.dead", b["id"])]
-    only_a = [e async for e in _take(c.events(since=start, job_ids=[a["id"]], until_caught_up=True), 100)]
+    only_a = [e async for e in take(c.events(since=start, job_ids=[a["id"]], until_caught_up=True), 100)]
     assert {e["job_id"] for e in only_a} == {a["id"]} and len(only_a) == 3
     wildcard = [
-        e async for e in _take(c.events(since=start, types=["job.*"], job_ids=[b["id"]], until_caught_up=True), 100)
+        e async for e in take(c.events(since=start, types=["job.*"], job_ids=[b["id"]], until_caught_up=True), 100)
     ]
     assert [e["type"] for e in wildcard] == ["job.created", "job.running", "job.dead"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.client import JobDeckClient
-from tests.conftest import ROOT, ServerProcess, spawn_jobdeck, until
+from tests.conftest import ROOT, ServerProcess, spawn_jobdeck, take, until
 from tests.services import REDIS_URL, redis_problem
 
 
@@ -53,7 +53,7 @@ async def test_a_job_submitted_on_one_node_runs_on_the_others_agent_and_both_fee
             elapsed = time.monotonic() - t0
             assert done["state"] == "succeeded" and done["agent"] == "on-a", done
             assert elapsed < 0.8, f"node A must wake on node B's submit, not on its poll: took {elapsed:.2f} s"
-            seen = [e async for e in _take(cb.events(since=since, job_ids=[job["id"]], until_caught_up=True), 10)]
+            seen = [e async for e in take(cb.events(since=since, job_ids=[job["id"]], until_caught_up=True), 10)]
             assert [e["type"] for e in seen] == ["job.created", "job.running", "job.succeeded"]
             # A live subscriber on B sees what happens through A.
             async with asyncio.timeout(10):
@@ -66,12 +66,3 @@ async def test_a_job_submitted_on_one_node_runs_on_the_others_agent_and_both_fee
     finally:
         agent.kill()
         agent.wait(10)
-
-
-async def _take(it, n):  # type: ignore[no-untyped-def]
-    count = 0
-    async for e in it:
-        yield e
-        count += 1
-        if count >= n:
-            return
