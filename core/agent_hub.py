@@ -7,6 +7,7 @@ import contextlib
 import functools
 import logging
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from core.agent_session import AgentSession
@@ -32,6 +33,8 @@ class AgentHub:
         self.policy = engine.policy
         self.clock = engine.clock
         self.sessions: dict[str, AgentSession] = {}
+        self.node_id = uuid.uuid4().hex
+        self.remote: dict[str, tuple[dict[str, Any], float]] = {}  # agents of other nodes, when heard
         self.live_output: dict[tuple[int, int], str] = {}  # (job, attempt) -> tail of a running job
 
     async def attach(self, channel: Channel) -> None:
@@ -112,14 +115,40 @@ class AgentHub:
             self.engine.wake()
 
     def describe(self) -> list[dict[str, Any]]:
-        """Connected agents with their slots and current jobs."""
-        return [s.to_dict() for s in self.sessions.values()]
+        """Agents connected to this node and, as they last announced them, to the others."""
+        now = time.monotonic()
+        mine = [dict(s.to_dict(), node=self.node_id) for s in self.sessions.values()]
+        theirs = [
+            a
+            for a, seen in self.remote.values()
+            if now - seen < self.policy.lease_seconds and a["name"] not in self.sessions
+        ]
+        return sorted(mine + theirs, key=lambda a: str(a["name"]))
+
+    def announce(self) -> None:
+        """Tell the other nodes which agents this node holds (a live event; they forget it after a lease)."""
+        if self.sessions:
+            agents = [dict(s.to_dict(), node=self.node_id) for s in self.sessions.values()]
+            self.bus.publish([ephemeral_event("agent.status", None, {"node": self.node_id, "agents": agents})])
+
+    def remember(self, data: dict[str, Any]) -> None:
+        """Another node's announcement of its agents."""
+        if data.get("node") == self.node_id:
+            return
+        now = time.monotonic()
+        for a in data.get("agents", []):
+            self.remote[str(a["name"])] = (a, now)
 
     async def drain(self, name: str) -> dict[str, Any]:
-        """Give an agent no new work; it finishes what it runs and stays connected."""
+        """Give an agent no new work; it finishes what it runs and stays connected. An agent of
+        another node is asked through the bus."""
         session = self.sessions.get(name)
         if session is None:
-            raise NotFound(f"no agent named {name!r} is connected to this node", field="name")
+            known = {a["name"]: a for a in self.describe()}
+            if name not in known:
+                raise NotFound(f"no agent named {name!r} is connected", field="name")
+            self.bus.publish([ephemeral_event("agent.drain", None, {"agent": name})])
+            return dict(known[name], draining=True)
         session.draining = True
         with contextlib.suppress(ChannelClosed, ConnectionError):
             await session.channel.send({"type": "drain"})
@@ -127,22 +156,21 @@ class AgentHub:
         return session.to_dict()
 
     def waiting_for(self, job: Job) -> str | None:
-        """Why a queued job is not running, when no connected agent could take it; else None."""
+        """Why a queued job is not running, when no connected agent (of any node) could take it."""
         if job.state != "queued":
             return None
         if self.engine.queue_settings.get(job.queue, (False, None))[0]:
             return f"queue {job.queue!r} is paused"
-        if not getattr(self.store, "single_node", False):
-            return None  # agents may be connected to other nodes, which this one cannot see (yet)
-        if not self.sessions:
+        agents = self.describe()
+        if not agents:
             return "no agent is connected"
-        serving = [s for s in self.sessions.values() if s.queues is None or job.queue in s.queues]
+        serving = [a for a in agents if a["queues"] == ["*"] or job.queue in a["queues"]]
         if not serving:
             return f"no connected agent serves queue {job.queue!r}"
-        able = [s for s in serving if labels_satisfied(job.labels, s.labels)]
+        able = [a for a in serving if labels_satisfied(job.labels, a["labels"])]
         if not able:
             return f"no connected agent has the labels {labels_text(job.labels)}"
-        if all(s.draining for s in able):
+        if all(a["draining"] for a in able):
             return "every agent that could run it is draining"
         return None
 

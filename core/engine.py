@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -283,9 +284,13 @@ class Engine:
             await self._wait(self._wake_promote, delay)
 
     async def _reap_loop(self) -> None:
+        announced = 0.0
         while True:
             await asyncio.sleep(self.settings.reap_interval_seconds)
             await self.hub.drop_silent_agents()
+            if time.monotonic() - announced >= self.settings.heartbeat_seconds:
+                self.hub.announce()
+                announced = time.monotonic()
             ids = await self.store.expired_lease_ids(self.clock(), 1000)
             if not ids:
                 continue
@@ -352,3 +357,9 @@ class Engine:
             self._wake_dispatch.set()  # a slot of a limited queue came free (perhaps on another node)
         elif t.startswith("schedule."):
             self._wake_schedules.set()
+        elif t == "agent.status":
+            self.hub.remember(orjson.loads(e.body)["data"])
+        elif t == "agent.drain":
+            name = orjson.loads(e.body)["data"]["agent"]
+            if name in self.hub.sessions:
+                await self.hub.drain(name)

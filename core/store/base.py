@@ -80,6 +80,9 @@ class JobFilter:
     schedule_id: int | None = None
 
 
+CHATTY_TYPES = frozenset({"job.output", "agent.status", "agent.drain"})
+
+
 @dataclass(slots=True)
 class EventFilter:
     """What a feed subscriber wants; empty means everything."""
@@ -89,9 +92,9 @@ class EventFilter:
     types: frozenset[str] = frozenset()
 
     def matches(self, type_: str, job_id: int | None, queue: str | None) -> bool:
-        """True if an event with these keys passes the filter. Live output (`job.output`), which
-        can be plentiful, is sent only to subscribers who name that type."""
-        if type_ == "job.output" and "job.output" not in self.types:
+        """True if an event with these keys passes the filter. Live events that can be plentiful
+        (output, agent announcements) go only to subscribers who name their type."""
+        if type_ in CHATTY_TYPES and type_ not in self.types:
             return False
         if self.types and not any(type_ == t or (t.endswith("*") and type_.startswith(t[:-1])) for t in self.types):
             return False

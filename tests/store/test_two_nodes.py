@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ def two_nodes(pg_url: str, tmp_path: Path) -> Iterator[tuple[ServerProcess, Serv
     problem = redis_problem()
     if problem:
         pytest.skip(problem)
-    env = {"JOBDECK_DATABASE_URL": pg_url, "JOBDECK_REDIS_URL": REDIS_URL}
+    env = {"JOBDECK_DATABASE_URL": pg_url, "JOBDECK_REDIS_URL": REDIS_URL, "JOBDECK_HEARTBEAT_SECONDS": "0.5"}
     nodes = [spawn_jobdeck(tmp_path / f"node{i}", "server", env=env) for i in (1, 2)]
     try:
         yield nodes[0], nodes[1]
@@ -63,6 +64,38 @@ async def test_a_job_submitted_on_one_node_runs_on_the_others_agent_and_both_fee
                 async for e in feed:
                     if e.get("job_id") == other["id"] and e["type"] == "job.succeeded":
                         break
+    finally:
+        agent.kill()
+        agent.wait(10)
+
+
+async def test_every_node_knows_every_agent_and_can_drain_it(
+    two_nodes: tuple[ServerProcess, ServerProcess], tmp_path: Path
+) -> None:
+    a, b = two_nodes
+    log = open(tmp_path / "agent.log", "a")  # noqa: SIM115 - closed with the process
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "core.cli", "agent", "--server", a.url, "--name", "gpu-on-a", "--label", "gpu=true"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        async with JobDeckClient(a.url) as ca, JobDeckClient(b.url) as cb:
+
+            async def b_sees_it() -> list[dict[str, Any]]:
+                return [x for x in await cb.agents() if x["name"] == "gpu-on-a"]
+
+            [seen] = await until(b_sees_it, 20, "node B to list the agent connected to node A")
+            assert seen["labels"] == {"gpu": "true"} and seen["slots"] == 32
+            stuck = await cb.submit(
+                {"task": {"kind": "python", "function": "agents.builtin:noop"}, "labels": {"gpu": "false"}}
+            )
+            assert stuck["waiting_for"] == "no connected agent has the labels gpu=false", stuck
+            await cb.drain_agent("gpu-on-a")
+
+            async def drained_on_a() -> bool:
+                return any(x["name"] == "gpu-on-a" and x["draining"] for x in await ca.agents())
+
+            await until(drained_on_a, 10, "node A's agent to drain when asked through node B")
     finally:
         agent.kill()
         agent.wait(10)
