@@ -55,6 +55,12 @@ def test_bad_input_is_one_line_without_a_traceback(
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+def test_json_mode_reports_errors_as_the_apis_error_object(jobdeck_process: ServerProcess) -> None:
+    out = jobdeck(jobdeck_process, "--json", "jobs", "show", "999999")
+    assert out.returncode == 1 and out.stdout == ""
+    assert json.loads(out.stderr) == {"error": "not_found", "message": "no job with id 999999", "field": "id"}
+
+
 def test_an_unreachable_server_says_where_it_looked() -> None:
     for args in (("jobs", "ls"), ("events",)):
         out = jobdeck(None, *args, timeout=30)

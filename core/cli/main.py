@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -184,7 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_migrate(args)
         return int(run_async(run_remote(args)))
     except JobDeckError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        if getattr(args, "json", False):  # scripts get the API's error object, on stderr
+            print(json.dumps(exc.to_dict()), file=sys.stderr)
+        else:
+            print(f"error: {exc.message}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `jobdeck jobs ls | head`: the reader has what it wanted
         with contextlib.suppress(OSError):
