@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.model import Change, Job, job_summary
+from core.model import Job, job_summary
 from core.store import _pg_sql as sql
 from core.store._pg_writer import PgTx
+from core.store.base import JobChanges as BaseJobChanges
 
 
 async def insert_jobs(tx: PgTx, jobs: Sequence[Job], id_sequence: str) -> list[Job]:
@@ -44,32 +45,11 @@ async def insert_jobs(tx: PgTx, jobs: Sequence[Job], id_sequence: str) -> list[J
     return made
 
 
-class JobChanges:
-    """The changes decided for jobs (see core.model.decide_*), applied to the Job objects at once,
-    written by `flush` in one statement, each with its event in the transaction's outbox."""
+class JobChanges(BaseJobChanges[PgTx]):
+    """Job changes written by `flush` in one statement (arrays unnested, one CTE per part)."""
 
-    def __init__(self, tx: PgTx) -> None:
-        self.tx = tx
-        self.updates: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-        self.attempt_inserts: list[tuple[Any, ...]] = []
-        self.attempt_updates: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-
-    def apply(self, job: Job, change: Change) -> Job:
-        for k, v in change.fields.items():
-            setattr(job, k, v)
-        if change.fields:
-            keys = tuple(change.fields)
-            self.updates.setdefault(keys, []).append((job.id, *(sql.db_value(k, v) for k, v in change.fields.items())))
-        a = change.attempt
-        if a is not None:
-            if "claimed_at" in a:
-                self.attempt_inserts.append((job.id, a["attempt"], a["agent"], a["claimed_at"], a["outcome"]))
-            else:
-                keys = tuple(k for k in a if k != "attempt")
-                row = tuple(sql.db_value(k, a[k]) if k == "result" else a[k] for k in keys)
-                self.attempt_updates.setdefault(keys, []).append((job.id, a["attempt"], *row))
-        self.tx.emit(change.event, job.id, job.queue, {"job": job_summary(job), **change.data})
-        return job
+    def db_value(self, name: str, value: Any) -> Any:
+        return sql.db_value(name, value)
 
     async def flush(self) -> None:
         """Write everything applied so far in one statement (each part a CTE: one round trip)."""
@@ -84,9 +64,7 @@ class JobChanges:
         for keys, rows in self.attempt_updates.items():
             parts.append(sql.update_many("attempts", ("job_id", "attempt"), keys, sql.ATTEMPT_TYPES, len(params) + 1))
             params += sql.columns_of(rows, len(keys) + 2)
-        self.updates.clear()
-        self.attempt_inserts.clear()
-        self.attempt_updates.clear()
+        self.clear()
         if len(parts) == 1:
             await self.tx.conn.execute(parts[0], *params)
         elif parts:

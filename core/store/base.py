@@ -5,16 +5,69 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
 from core.errors import JobDeckError, NotFound
-from core.model import Change, Job, iso
+from core.model import Change, Job, iso, job_summary
 from core.schedule import Schedule
 
 #: A decision about one job, applied inside the store's transaction (see core.model.decide_*).
 Decide = Callable[[Job], Change]
+
+
+class Outbox(Protocol):
+    """A write transaction's event outbox (both stores' Tx have one)."""
+
+    def emit(self, type_: str, job_id: int | None, queue_: str | None, data: dict[str, Any]) -> None: ...
+
+
+TxT = TypeVar("TxT", bound=Outbox)
+
+
+class JobChanges(Generic[TxT]):
+    """The changes decided for jobs (see core.model.decide_*): applied to the Job objects at once,
+    each with its event in the transaction's outbox, and buffered, grouped by the columns they set,
+    for the store's `flush` to write in few statements. Rows put the key columns first when
+    `key_first`, last otherwise (as the store's SQL wants them)."""
+
+    key_first = True
+
+    def __init__(self, tx: TxT) -> None:
+        self.tx = tx
+        self.updates: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        self.attempt_inserts: list[tuple[Any, ...]] = []
+        self.attempt_updates: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+
+    def db_value(self, name: str, value: Any) -> Any:
+        """A job or attempt field as the store keeps it."""
+        raise NotImplementedError
+
+    def _row(self, key: tuple[Any, ...], values: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (*key, *values) if self.key_first else (*values, *key)
+
+    def apply(self, job: Job, change: Change) -> Job:
+        for k, v in change.fields.items():
+            setattr(job, k, v)
+        if change.fields:
+            values = tuple(self.db_value(k, v) for k, v in change.fields.items())
+            self.updates.setdefault(tuple(change.fields), []).append(self._row((job.id,), values))
+        a = change.attempt
+        if a is not None:
+            if "claimed_at" in a:
+                self.attempt_inserts.append((job.id, a["attempt"], a["agent"], a["claimed_at"], a["outcome"]))
+            else:
+                keys = tuple(k for k in a if k != "attempt")
+                values = tuple(self.db_value(k, a[k]) if k == "result" else a[k] for k in keys)
+                self.attempt_updates.setdefault(keys, []).append(self._row((job.id, a["attempt"]), values))
+        self.tx.emit(change.event, job.id, job.queue, {"job": job_summary(job), **change.data})
+        return job
+
+    def clear(self) -> None:
+        self.updates.clear()
+        self.attempt_inserts.clear()
+        self.attempt_updates.clear()
 
 
 def apply_decisions(

@@ -14,7 +14,6 @@ import orjson
 
 from core.errors import JobDeckError, NotFound, Unavailable
 from core.model import (
-    Change,
     Job,
     Policy,
     decide_claim,
@@ -31,6 +30,7 @@ from core.store.base import (
     Decide,
     Event,
     EventFilter,
+    JobChanges,
     JobFilter,
     apply_decisions,
     queue_view,
@@ -105,31 +105,13 @@ def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
         yield items[i : i + size]
 
 
-class _Applier:
-    """Writes the changes decided for jobs, grouped into few statements, with their events."""
+class _Applier(JobChanges[Tx]):
+    """Job changes written by executemany, one statement per set of columns."""
 
-    def __init__(self, tx: Tx) -> None:
-        self.tx = tx
-        self.updates: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-        self.attempt_inserts: list[tuple[Any, ...]] = []
-        self.attempt_updates: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+    key_first = False
 
-    def apply(self, job: Job, change: Change) -> Job:
-        for k, v in change.fields.items():
-            setattr(job, k, v)
-        if change.fields:
-            keys = tuple(change.fields)
-            self.updates.setdefault(keys, []).append((*(_db_value(k, v) for k, v in change.fields.items()), job.id))
-        a = change.attempt
-        if a is not None:
-            if "claimed_at" in a:
-                self.attempt_inserts.append((job.id, a["attempt"], a["agent"], a["claimed_at"], a["outcome"]))
-            else:
-                keys = tuple(k for k in a if k != "attempt")
-                row = tuple(orjson.dumps(a[k]).decode() if k == "result" and a[k] is not None else a[k] for k in keys)
-                self.attempt_updates.setdefault(keys, []).append((*row, job.id, a["attempt"]))
-        self.tx.emit(change.event, job.id, job.queue, {"job": job_summary(job), **change.data})
-        return job
+    def db_value(self, name: str, value: Any) -> Any:
+        return _db_value(name, value)
 
     def flush(self) -> None:
         c = self.tx.conn
@@ -143,9 +125,7 @@ class _Applier:
         for keys, rows in self.attempt_updates.items():
             sets = ", ".join(k + " = ?" for k in keys)
             c.executemany(f"UPDATE attempts SET {sets} WHERE job_id = ? AND attempt = ?", rows)
-        self.updates.clear()
-        self.attempt_inserts.clear()
-        self.attempt_updates.clear()
+        self.clear()
 
 
 def _load_jobs(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Job]:
