@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Any
 from core.errors import NotFound
 from core.model import Job
 from core.store import _pg_sql as sql
-from core.store.base import Event, EventFilter, JobFilter, queue_view
+from core.store.base import FINISHED_EVENTS, Event, EventFilter, JobFilter, queue_view, stats_view
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
 
-FINISHED_EVENTS = ("job.succeeded", "job.failed", "job.dead", "job.cancelled")
 EVENT_PAGE = 1000
 
 
@@ -103,22 +102,9 @@ async def events_since(c: Conn, seq: int, limit: int, flt: EventFilter | None) -
 
 async def stats(c: Conn, now: float) -> dict[str, Any]:
     """Job counts by state and by queue, and finished jobs per second over the last minute."""
-    by_queue = await _counts(c)
-    by_state: dict[str, int] = {}
-    for states in by_queue.values():
-        for state, n in states.items():
-            by_state[state] = by_state.get(state, 0) + n
     rows = await c.fetch(
         "SELECT type, count(*) FROM events WHERE type = ANY($1::text[]) AND ts >= $2 GROUP BY type",
         list(FINISHED_EVENTS),
         now - 60,
     )
-    counted = {r[0]: int(r[1]) for r in rows}
-    finished = {t.removeprefix("job."): counted.get(t, 0) for t in FINISHED_EVENTS}
-    done = finished["succeeded"] + finished["dead"] + finished["cancelled"]
-    return {
-        "by_state": by_state,
-        "by_queue": by_queue,
-        "last_minute": finished,
-        "jobs_per_second": round(done / 60.0, 2),
-    }
+    return stats_view(await _counts(c), {r[0]: int(r[1]) for r in rows})

@@ -120,6 +120,26 @@ def queue_view(name: str, paused: bool, concurrency: int | None, by_state: dict[
     }
 
 
+FINISHED_EVENTS = ("job.succeeded", "job.failed", "job.dead", "job.cancelled")
+
+
+def stats_view(by_queue: dict[str, dict[str, int]], last_minute: dict[str, int]) -> dict[str, Any]:
+    """The stats the API shows, from job counts per queue and state and the count of each
+    FINISHED_EVENTS type over the last minute."""
+    by_state: dict[str, int] = {}
+    for states in by_queue.values():
+        for state, n in states.items():
+            by_state[state] = by_state.get(state, 0) + n
+    finished = {t.removeprefix("job."): last_minute.get(t, 0) for t in FINISHED_EVENTS}
+    done = finished["succeeded"] + finished["dead"] + finished["cancelled"]
+    return {
+        "by_state": by_state,
+        "by_queue": by_queue,
+        "last_minute": finished,
+        "jobs_per_second": round(done / 60.0, 2),
+    }
+
+
 @dataclass(slots=True)
 class JobFilter:
     """Filters of a job listing; every field is optional."""
