@@ -131,6 +131,14 @@ def spawn_jobdeck(
     raise RuntimeError(f"jobdeck did not answer within 30 s:\n{log.read_text()}")
 
 
+def spawn_agent(server: str, name: str, log_dir: Path, *args: str) -> subprocess.Popen[str]:
+    """Start `jobdeck agent --server SERVER --name NAME ARGS...`; its output goes to log_dir/agent-NAME.log."""
+    log = open(log_dir / f"agent-{name}.log", "a")  # noqa: SIM115 - closed with the process
+    cmd = [sys.executable, "-m", "core.cli", "agent", "--server", server, "--name", name, *args]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+
+
 @pytest.fixture
 def jobdeck_process(tmp_path: Path) -> Iterator[ServerProcess]:
     """`jobdeck up` as a subprocess on a free port."""

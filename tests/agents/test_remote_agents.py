@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import websockets
 
 from core.client import JobDeckClient
 from core.errors import Unavailable
-from tests.conftest import ROOT, ServerProcess, recorded_runs, recorder_task, spawn_jobdeck, until
+from tests.conftest import ROOT, ServerProcess, recorded_runs, recorder_task, spawn_agent, spawn_jobdeck, until
 
 LEASE_ENV = {"JOBDECK_LEASE_SECONDS": "2", "JOBDECK_HEARTBEAT_SECONDS": "0.5", "JOBDECK_REAP_INTERVAL_SECONDS": "0.2"}
 
@@ -52,10 +51,7 @@ class Agents:
         self.procs: list[subprocess.Popen[str]] = []
 
     def start(self, url: str, name: str, *args: str) -> subprocess.Popen[str]:
-        log = open(self.tmp_path / f"agent-{name}.log", "a")  # noqa: SIM115 - closed with the process
-        cmd = [sys.executable, "-m", "core.cli", "agent", "--server", url, "--name", name, "--heartbeat", "0.5", *args]
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        proc = spawn_agent(url, name, self.tmp_path, "--heartbeat", "0.5", *args)
         self.procs.append(proc)
         return proc
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from core.client import JobDeckClient
-from tests.conftest import ROOT, ServerProcess, spawn_jobdeck, until
+from tests.conftest import ServerProcess, spawn_agent, spawn_jobdeck, until
 from tests.services import REDIS_URL, redis_problem
 
 LEASES = {"JOBDECK_LEASE_SECONDS": "2", "JOBDECK_HEARTBEAT_SECONDS": "0.5", "JOBDECK_REAP_INTERVAL_SECONDS": "0.2"}
@@ -32,12 +31,7 @@ def cluster(pg_url: str, tmp_path: Path) -> Iterator[tuple[list[ServerProcess], 
     both = ",".join(n.url for n in nodes)
     agents = []
     for i, first in enumerate((both, ",".join(reversed(both.split(","))))):
-        log = open(tmp_path / f"agent{i}.log", "a")  # noqa: SIM115 - closed with the process
-        agents.append(subprocess.Popen(
-            [sys.executable, "-m", "core.cli", "agent", "--server", first, "--name", f"agent{i}", "--slots", "100",
-             "--heartbeat", "0.5"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-        ))  # fmt: skip
+        agents.append(spawn_agent(first, f"agent{i}", tmp_path, "--slots", "100", "--heartbeat", "0.5"))
     try:
         yield nodes, agents
     finally:

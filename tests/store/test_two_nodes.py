@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from core.client import JobDeckClient
-from tests.conftest import ROOT, ServerProcess, spawn_jobdeck, take, until
+from tests.conftest import ServerProcess, spawn_agent, spawn_jobdeck, take, until
 from tests.services import REDIS_URL, redis_problem
 
 
@@ -39,11 +38,7 @@ async def test_a_job_submitted_on_one_node_runs_on_the_others_agent_and_both_fee
     two_nodes: tuple[ServerProcess, ServerProcess], tmp_path: Path
 ) -> None:
     a, b = two_nodes
-    log = open(tmp_path / "agent.log", "a")  # noqa: SIM115 - closed with the process
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "core.cli", "agent", "--server", a.url, "--name", "on-a", "--slots", "8"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    agent = spawn_agent(a.url, "on-a", tmp_path, "--slots", "8")
     try:
         async with JobDeckClient(a.url) as ca, JobDeckClient(b.url) as cb:
             await until(lambda: ca.agents(), 20, "the agent to register on node A")
@@ -73,11 +68,7 @@ async def test_every_node_knows_every_agent_and_can_drain_it(
     two_nodes: tuple[ServerProcess, ServerProcess], tmp_path: Path
 ) -> None:
     a, b = two_nodes
-    log = open(tmp_path / "agent.log", "a")  # noqa: SIM115 - closed with the process
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "core.cli", "agent", "--server", a.url, "--name", "gpu-on-a", "--label", "gpu=true"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    agent = spawn_agent(a.url, "gpu-on-a", tmp_path, "--label", "gpu=true")
     try:
         async with JobDeckClient(a.url) as ca, JobDeckClient(b.url) as cb:
 
