@@ -124,6 +124,26 @@ class JobDeckClient:
     async def set_priority(self, job_id: int, priority: int) -> Json:
         return await self._call("POST", f"/v1/jobs/{job_id}/priority", json={"priority": priority})  # type: ignore[no-any-return]
 
+    async def bulk(
+        self,
+        action: str,
+        *,
+        ids: Sequence[int] | None = None,
+        filter: Json | None = None,
+        priority: int | None = None,
+    ) -> Json:
+        """Act on many jobs at once: the listed `ids`, or every job matching `filter` (the keys of
+        `list_jobs`: state, queue, name_prefix, tag). action: cancel, pause, resume, retry or
+        priority (with `priority`). Returns `{"matched", "changed", "errors": [{"id", "error", "message"}]}`."""
+        body: Json = {"action": action}
+        if ids is not None:
+            body["ids"] = list(ids)
+        if filter is not None:
+            body["filter"] = filter
+        if priority is not None:
+            body["priority"] = priority
+        return await self._call("POST", "/v1/jobs/bulk", json=body)  # type: ignore[no-any-return]
+
     async def wait_for(
         self, job_id: int, states: Sequence[str] = ("succeeded", "dead", "cancelled"), timeout: float = 60.0
     ) -> Json:
@@ -177,6 +197,11 @@ class JobDeckClient:
     async def preview(self, schedule_id: int, n: int = 10) -> Json:
         return await self._call("GET", f"/v1/schedules/{schedule_id}/preview", params={"n": n})  # type: ignore[no-any-return]
 
+    async def preview_timing(self, timing: Json, n: int = 5) -> Json:
+        """The next `n` fire times of a timing not yet saved (`{"cron", "timezone"}` or `{"interval"}`,
+        ...): `{"timezone", "fire_times": [{"local", "utc"}]}`; a bad one raises InvalidSchedule."""
+        return await self._call("POST", "/v1/schedules/preview", json={**timing, "n": n})  # type: ignore[no-any-return]
+
     # -- node
 
     async def agents(self) -> list[Json]:
@@ -188,13 +213,21 @@ class JobDeckClient:
     async def health(self) -> Json:
         return await self._call("GET", "/healthz")  # type: ignore[no-any-return]
 
+    async def me(self) -> Json:
+        """Who this client is signed in as: `{"subject", "name", "role", "teams", "auth", "queues",
+        "allowed"}`; `queues` are the patterns of the queues it may act on, `allowed` its actions."""
+        return await self._call("GET", "/auth/me")  # type: ignore[no-any-return]
+
+    async def audit(self, **filters: Any) -> Json:
+        """The audit log, newest first (admins). Filters: actor, action, target, since, until, cursor, limit."""
+        return await self._call("GET", "/v1/audit", params=filters)  # type: ignore[no-any-return]
+
     async def agent_channel(self) -> WebSocketChannel:
         """Open the agent protocol's WebSocket (`/v1/agents`) to this node."""
         url = self.server.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/v1/agents"
-        headers = {"authorization": f"Bearer {self._token}"} if self._token else None
         # No per-message compression: it cost the agent ~5% of its CPU for little gain on loopback/LANs.
         ws = await websockets.connect(
-            url, max_size=2**25, open_timeout=10, additional_headers=headers, compression=None
+            url, max_size=2**25, open_timeout=10, additional_headers=self._ws_headers(), compression=None
         )
         return WebSocketChannel(ws)
 
@@ -211,6 +244,9 @@ class JobDeckClient:
         return await self.submit(task.spec(*args, **kwargs))
 
     # -- the live feed
+
+    def _ws_headers(self) -> dict[str, str] | None:
+        return {"authorization": f"Bearer {self._token}"} if self._token else None
 
     def _ws_url(self, params: dict[str, Any]) -> str:
         base = self.server.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
@@ -242,7 +278,9 @@ class JobDeckClient:
                 "types": ",".join(types),
             }
             try:
-                async with websockets.connect(self._ws_url(params), max_size=2**24, open_timeout=10) as ws:
+                async with websockets.connect(
+                    self._ws_url(params), max_size=2**24, open_timeout=10, additional_headers=self._ws_headers()
+                ) as ws:
                     delay = 0.2
                     connected = True
                     async for raw in ws:
@@ -255,8 +293,8 @@ class JobDeckClient:
                                 return
                             if not control:
                                 continue
-                        elif event.get("type") == "stream.error":
-                            raise JobDeckError(event.get("message", "the feed refused the request"))
+                        elif event.get("type") == "stream.error":  # refused: bad filter, or not allowed
+                            raise error_from_dict(int(event.get("status") or 400), event)
                         elif str(event.get("type", "")).startswith("stream.") and not control:
                             continue
                         yield event

@@ -51,6 +51,27 @@ class Conflict(JobDeckError):
     code = "conflict"
 
 
+class Unauthorized(JobDeckError):
+    """No credentials, or credentials that failed a check (401); the message names the check."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(JobDeckError):
+    """Signed in, but the role or teams do not allow this action (403)."""
+
+    status = 403
+    code = "forbidden"
+
+
+class RateLimited(JobDeckError):
+    """Too many requests from one principal (429); `retry_after` says when to try again."""
+
+    status = 429
+    code = "rate_limited"
+
+
 class PayloadTooLarge(JobDeckError):
     """The request body is over the size limit."""
 
@@ -67,7 +88,18 @@ class Unavailable(JobDeckError):
 
 _BY_CODE: dict[str, type[JobDeckError]] = {
     cls.code: cls
-    for cls in (JobDeckError, InvalidInput, InvalidSchedule, NotFound, Conflict, PayloadTooLarge, Unavailable)
+    for cls in (
+        JobDeckError,
+        InvalidInput,
+        InvalidSchedule,
+        NotFound,
+        Conflict,
+        Unauthorized,
+        Forbidden,
+        RateLimited,
+        PayloadTooLarge,
+        Unavailable,
+    )
 }
 
 

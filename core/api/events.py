@@ -70,7 +70,9 @@ async def events_ws(ws: WebSocket) -> None:
         flt = parse_filter(q.get("queues"), q.get("job_ids"), q.get("types"))
         since = int(q["since"]) if q.get("since") not in (None, "") else None
     except (InvalidInput, ValueError) as exc:
-        await ws.send_text(_control("stream.error", message=getattr(exc, "message", str(exc))))
+        await ws.send_text(
+            _control("stream.error", error="invalid", status=422, message=getattr(exc, "message", str(exc)))
+        )
         await ws.close(code=1008)
         return
     with engine.bus.subscribe() as sub:

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from core.auth.credentials import token_for
 from core.cli.output import (
     AGENT_COLUMNS,
     JOB_COLUMNS,
@@ -111,7 +112,7 @@ def add_job_flags(p: argparse.ArgumentParser, name_flag: str = "--name") -> None
 
 
 async def run_remote(args: argparse.Namespace) -> int:
-    async with JobDeckClient(args.server) as c:
+    async with JobDeckClient(args.server, token=await token_for(args.server)) as c:
         return int(await args.run(c, args))
 
 

@@ -1,0 +1,1 @@
+"""Who is calling and what they may do: tokens, OIDC (JWKS), roles, the audit log."""
