@@ -49,6 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
         )
         s.add_argument("--log-level", dest="log_level")
         s.set_defaults(local=name == "up")
+        if name == "up":
+            s.add_argument("--no-web", dest="web", action="store_false", default=None,
+                           help="do not start the web dashboard (env JOBDECK_WEB=0)")  # fmt: skip
+            s.add_argument("--web-port", dest="web_port", type=int, help="port of the web dashboard (default 8650)")
+
+    s = sub.add_parser("web", help="serve the web dashboard for a core node (--server)")
+    s.add_argument("--host", dest="web_host", default=os.environ.get("JOBDECK_WEB_HOST", "127.0.0.1"),
+                   help="address to bind (default 127.0.0.1; env JOBDECK_WEB_HOST)")  # fmt: skip
+    s.add_argument("--port", dest="web_port", type=int, default=int(os.environ.get("JOBDECK_WEB_PORT") or 8650),
+                   help="port (default 8650; env JOBDECK_WEB_PORT)")  # fmt: skip
+    s.add_argument("--setup-only", dest="setup_only", action="store_true",
+                   help="set up bun and build the frontend, then exit")  # fmt: skip
 
     s = sub.add_parser("migrate", help="apply database migrations (JOBDECK_DATABASE_URL, or the SQLite file)")
     s.add_argument("--data-dir", dest="data_dir")
@@ -183,6 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_agent(args)
         if args.command == "migrate":
             return cmd_migrate(args)
+        if args.command == "web":
+            from web_ui.launch import main as web_main  # lazy: the core does not need the web UI
+
+            return web_main(args)
         return int(run_async(run_remote(args)))
     except JobDeckError as exc:
         if getattr(args, "json", False):  # scripts get the API's error object, on stderr

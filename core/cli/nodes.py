@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from core.client import DEFAULT_SERVER
@@ -46,6 +47,8 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
     if local_agent and settings.local_slots <= 0:
         local_agent = False
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    web_flag = getattr(args, "web", None)
+    want_web = local_agent and (web_flag if web_flag is not None else os.environ.get("JOBDECK_WEB", "1") != "0")
 
     async def main() -> None:
         from core.node import Node
@@ -60,11 +63,47 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
             print(f"JobDeck is up: API {url}  (store {settings.store_label}{agents})", flush=True)
             hint = "" if url == DEFAULT_SERVER else f"   (another port: export JOBDECK_SERVER={url})"
             print(f"  try: jobdeck submit -- echo hello{hint}   |   API docs: {url}/docs", flush=True)
+            if want_web:
+                node.on_stop(start_web(url, settings.host, getattr(args, "web_port", None)))
 
         await node.serve(ready)
 
     run_async(main())
     return 0
+
+
+def start_web(api_url: str, host: str, port: int | None) -> Callable[[], Awaitable[None]]:
+    """Start the web dashboard beside `jobdeck up` (its own process); returns the hook that stops it."""
+    import threading
+
+    from web_ui import launch  # lazy: only `jobdeck up` with the web UI needs it
+
+    port = port or int(os.environ.get("JOBDECK_WEB_PORT") or launch.DEFAULT_PORT)
+    web_host = os.environ.get("JOBDECK_WEB_HOST", host)
+    url = f"http://{web_host}:{port}"
+    print(f"  web dashboard: starting on {url} (the first start builds it; `jobdeck up --no-web` skips it)", flush=True)
+    try:
+        proc = launch.spawn(api_url, web_host, port)
+    except Exception as exc:  # the node runs without its dashboard rather than not at all
+        print(f"  web dashboard: cannot start: {exc}", flush=True)
+
+        async def nothing() -> None:
+            return None
+
+        return nothing
+
+    def announce() -> None:
+        if launch.wait_ready(proc, url):
+            print(f"  web dashboard is up: {url}", flush=True)
+        elif proc.poll() is not None:
+            print(f"  web dashboard exited ({proc.returncode}); the API runs on", flush=True)
+
+    threading.Thread(target=announce, name="web-ready", daemon=True).start()
+
+    async def stop() -> None:
+        await asyncio.to_thread(launch.stop, proc)
+
+    return stop
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

@@ -1,0 +1,243 @@
+"""The dashboard's one link to the core's live feed, shared by every browser session of this
+backend: it follows /v1/events, keeps the chart series and the latest counters, and wakes the
+sessions' live loops when something changed (coalesced: a browser is not redrawn per event)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from core.client import JobDeckClient
+from core.errors import JobDeckError
+from web_ui.settings import core_server, service_token
+
+log = logging.getLogger("jobdeck.web.hub")
+
+BUCKET_SECONDS = 60  # one chart point per minute
+HISTORY_MINUTES = 30
+BACKFILL_EVENTS = 20_000  # events replayed at start so the charts have a history at once
+SAMPLE_SECONDS = 2.0  # how often queue depths and counters are sampled
+CHANGES_KEPT = 5_000
+
+
+@dataclass(slots=True)
+class Change:
+    """What one event touched, for the sessions' live loops."""
+
+    version: int
+    type: str
+    job_id: int | None
+    queue: str | None
+
+
+@dataclass(slots=True)
+class Minute:
+    """One chart bucket: finished jobs by outcome and pick-up latencies (seconds)."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+
+
+def _ts(value: Any) -> float:
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return time.time()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by nearest rank; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+class Hub:
+    """The shared live state; one per backend process (see `HUB`)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.last_seq = 0
+        self.last_event_ts = 0.0
+        self.connected = False
+        self.error = ""
+        self.stats: dict[str, Any] = {}
+        self.queues: list[dict[str, Any]] = []
+        self.minutes: dict[int, Minute] = {}
+        self.depths: deque[tuple[float, dict[str, int]]] = deque(maxlen=HISTORY_MINUTES * 60 // int(SAMPLE_SECONDS))
+        self.changes: deque[Change] = deque(maxlen=CHANGES_KEPT)
+        self._cond = asyncio.Condition()
+        self._stats_dirty = True
+        self.app: Any = None  # the rx.App, to know which browser sessions are still connected
+
+    # -- what the sessions' live loops use
+
+    async def wait_newer(self, version: int, timeout: float) -> int:
+        """Wait until the hub is past `version` (or the timeout); return the current version."""
+        if self.version > version:
+            return self.version
+        async with self._cond:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._cond.wait_for(lambda: self.version > version), timeout)
+        return self.version
+
+    def changes_since(self, version: int) -> list[Change] | None:
+        """The changes after `version`, oldest first; None if they are no longer all kept."""
+        if self.changes and self.changes[0].version > version + 1:
+            return None
+        return [c for c in self.changes if c.version > version]
+
+    def session_connected(self, token: str) -> bool:
+        """Whether a browser tab (Reflex client token) still has its socket."""
+        namespace = getattr(self.app, "event_namespace", None)
+        return namespace is None or token in namespace.token_to_sid
+
+    async def _bump(self) -> None:
+        async with self._cond:
+            self.version += 1
+            self._cond.notify_all()
+
+    # -- the feed
+
+    def _note(self, event: dict[str, Any], *, live: bool) -> None:
+        etype = str(event.get("type", ""))
+        ts = _ts(event.get("ts"))
+        if event.get("seq") is not None:
+            self.last_seq = int(event["seq"])
+            self.last_event_ts = ts
+        minute = int(ts // BUCKET_SECONDS)
+        job = (event.get("data") or {}).get("job") or {}
+        if etype in ("job.succeeded", "job.failed", "job.dead", "job.cancelled"):
+            bucket = self.minutes.setdefault(minute, Minute())
+            outcome = etype.removeprefix("job.")
+            bucket.outcomes[outcome] = bucket.outcomes.get(outcome, 0) + 1
+        elif etype == "job.running" and job.get("attempt") == 1 and job.get("run_at"):
+            bucket = self.minutes.setdefault(minute, Minute())
+            bucket.latencies.append(max(0.0, ts - _ts(job["run_at"])))
+        if live:
+            self.changes.append(Change(self.version + 1, etype, event.get("job_id"), event.get("queue")))
+            if etype.startswith(("job.", "queue.")):
+                self._stats_dirty = True
+
+    def _prune(self) -> None:
+        oldest = int(time.time() // BUCKET_SECONDS) - HISTORY_MINUTES
+        for minute in [m for m in self.minutes if m < oldest]:
+            del self.minutes[minute]
+
+    async def follow(self, client: JobDeckClient) -> None:
+        """Follow the feed for ever: backfill the charts, then note each live event."""
+        while True:
+            try:
+                if self.last_seq == 0:  # first start: replay recent events so the charts have a past
+                    health = await client.health()
+                    since = max(0, int(health.get("last_seq") or 0) - BACKFILL_EVENTS)
+                    async for event in client.events(since=since, until_caught_up=True, reconnect=False):
+                        self._note(event, live=False)
+                self.connected, self.error = True, ""
+                self._stats_dirty = True
+                await self._bump()
+                async for event in client.events(since=self.last_seq, control=True, reconnect=False):
+                    if event.get("type") == "stream.caught_up":
+                        continue
+                    if str(event.get("type", "")).startswith("stream."):
+                        continue
+                    if not self.connected:
+                        self.connected, self.error = True, ""
+                    self._note(event, live=True)
+                    await self._bump()
+            except JobDeckError as exc:
+                self.error = exc.message
+            except Exception as exc:  # the hub must outlive any surprise; the page shows it
+                log.exception("live feed failed")
+                self.error = f"{type(exc).__name__}: {exc}"
+            if self.connected:
+                self.connected = False
+                await self._bump()
+            await asyncio.sleep(1.0)
+
+    async def sample(self, client: JobDeckClient) -> None:
+        """Sample counters and queue depths (for the counters and the queue depth chart)."""
+        last = 0.0
+        while True:
+            now = time.monotonic()
+            if self.connected and (self._stats_dirty or now - last >= SAMPLE_SECONDS):
+                self._stats_dirty = False
+                try:
+                    self.stats, self.queues = await asyncio.gather(client.stats(), client.queues())
+                except JobDeckError as exc:
+                    self.error = exc.message
+                else:
+                    if now - last >= SAMPLE_SECONDS:
+                        last = now
+                        self.depths.append((time.time(), {q["name"]: int(q.get("depth") or 0) for q in self.queues}))
+                        self._prune()
+                    await self._bump()
+            await asyncio.sleep(0.5)
+
+    # -- chart series
+
+    def minute_axis(self) -> list[int]:
+        now = int(time.time() // BUCKET_SECONDS)
+        return list(range(now - HISTORY_MINUTES + 1, now + 1))
+
+    def outcome_series(self) -> dict[str, list[int]]:
+        axis = self.minute_axis()
+        outcomes = ("succeeded", "failed", "dead", "cancelled")
+        return {o: [self.minutes.get(m, Minute()).outcomes.get(o, 0) for m in axis] for o in outcomes}
+
+    def latency_series(self) -> dict[str, list[float | None]]:
+        axis = self.minute_axis()
+        out: dict[str, list[float | None]] = {"p50": [], "p95": [], "p99": []}
+        for m in axis:
+            lat = self.minutes.get(m, Minute()).latencies
+            for key, q in (("p50", 50), ("p95", 95), ("p99", 99)):
+                out[key].append(round(percentile(lat, q) * 1000, 1) if lat else None)
+        return out
+
+    def success_series(self) -> list[float | None]:
+        out: list[float | None] = []
+        for m in self.minute_axis():
+            o = self.minutes.get(m, Minute()).outcomes
+            finished = o.get("succeeded", 0) + o.get("dead", 0) + o.get("failed", 0)
+            out.append(round(100.0 * o.get("succeeded", 0) / finished, 1) if finished else None)
+        return out
+
+    def depth_series(self, top: int = 5) -> tuple[list[float], dict[str, list[int]]]:
+        names: dict[str, int] = {}
+        for _, depths in self.depths:
+            for name, n in depths.items():
+                names[name] = max(names.get(name, 0), n)
+        chosen = sorted(names, key=lambda n: -names[n])[:top]
+        times = [t for t, _ in self.depths]
+        return times, {n: [d.get(n, 0) for _, d in self.depths] for n in chosen}
+
+
+def touched(changes: Iterable[Change] | None, *prefixes: str) -> bool:
+    """Whether any change's type starts with one of `prefixes` (None: everything may have changed)."""
+    if changes is None:
+        return True
+    return any(c.type.startswith(prefixes) for c in changes)
+
+
+HUB = Hub()
+
+
+async def run_hub() -> None:
+    """The backend's lifespan task: follow the core for as long as the app runs."""
+    client = JobDeckClient(core_server(), token=await service_token())
+    try:
+        await asyncio.gather(HUB.follow(client), HUB.sample(client))
+    finally:
+        await client.close()

@@ -1,0 +1,100 @@
+"""`jobdeck web`: build the dashboard's frontend if needed and serve it with its backend on one
+port (Reflex production mode), bound to 127.0.0.1 unless told otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+import httpx
+
+from web_ui import frontend
+
+DEFAULT_PORT = 8650
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jobdeck web", description="Serve the JobDeck web dashboard.")
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of `jobdeck web` (core.cli adds them to its subcommand)."""
+    p.add_argument("--server", default=os.environ.get("JOBDECK_SERVER", "http://127.0.0.1:8640"))
+    p.add_argument("--host", dest="web_host", default=os.environ.get("JOBDECK_WEB_HOST", "127.0.0.1"),
+                   help="address to bind (default 127.0.0.1; env JOBDECK_WEB_HOST)")  # fmt: skip
+    p.add_argument("--port", dest="web_port", type=int, default=int(os.environ.get("JOBDECK_WEB_PORT") or DEFAULT_PORT),
+                   help=f"port of the dashboard (default {DEFAULT_PORT}; env JOBDECK_WEB_PORT)")  # fmt: skip
+    p.add_argument("--setup-only", dest="setup_only", action="store_true")
+
+
+def spawn(server: str, host: str, port: int, *, log: int | None = None) -> subprocess.Popen[bytes]:
+    """Start the Reflex app (production mode, one port) against `server`; returns the process."""
+    frontend.ensure_bun()
+    env = frontend.reflex_env()
+    env["JOBDECK_WEB_SERVER"] = server
+    cmd = frontend.reflex_command("run", "--env", "prod", "--single-port", "--frontend-port", str(port),
+                                  "--backend-port", str(port), "--backend-host", host, "--loglevel", "warning")  # fmt: skip
+    return subprocess.Popen(cmd, cwd=frontend.PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
+                            start_new_session=True)  # fmt: skip
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float = 300.0) -> bool:
+    """Wait until the dashboard answers (or the process ends); True when it answers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            if httpx.get(url + "/ping", timeout=1.0).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """Stop the dashboard's process group (Reflex starts worker processes)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
+    """Run `jobdeck web` until Ctrl-C; 1 if the app cannot start."""
+    if not isinstance(args, argparse.Namespace):
+        args = build_parser().parse_args(args)
+    server = getattr(args, "server", None) or os.environ.get("JOBDECK_SERVER") or "http://127.0.0.1:8640"
+    if getattr(args, "setup_only", False):
+        return frontend.main()
+    url = f"http://{args.web_host}:{args.web_port}"
+    print(f"JobDeck web: building and starting the dashboard for {server} ...", flush=True)
+    try:
+        proc = spawn(server, args.web_host, args.web_port)
+    except frontend.SetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if not wait_ready(proc, url):
+            print("error: the dashboard did not start (see the messages above)", file=sys.stderr)
+            stop(proc)
+            return 1
+        print(f"JobDeck web is up: {url}  (core {server})", flush=True)
+        return proc.wait()
+    except KeyboardInterrupt:
+        stop(proc)
+        return 130

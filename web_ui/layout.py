@@ -1,0 +1,135 @@
+"""The frame around every page: navigation, the core's status, who is signed in, the theme."""
+
+from __future__ import annotations
+
+import reflex as rx
+
+from web_ui.state import AppState
+
+NAV = (
+    ("Overview", "/", "layout-dashboard"),
+    ("Jobs", "/jobs", "list"),
+    ("Queues", "/queues", "layers"),
+    ("Agents", "/agents", "server"),
+    ("Schedules", "/schedules", "calendar-clock"),
+    ("Dead letters", "/dead", "skull"),
+    ("Audit log", "/audit", "scroll-text"),
+)
+
+
+def _nav_link(label: str, href: str, icon: str) -> rx.Component:
+    link = rx.link(
+        rx.hstack(rx.icon(icon, size=16, aria_hidden="true"), rx.text(label), spacing="2", align="center"),
+        href=href,
+        underline="none",
+        color_scheme="gray",
+        high_contrast=True,
+        padding_x="0.75rem",
+        padding_y="0.4rem",
+        border_radius="6px",
+        width="100%",
+        _hover={"background": rx.color("gray", 4)},
+        id=f"nav-{href.strip('/') or 'overview'}",
+    )
+    if href == "/audit":
+        return rx.cond(AppState.can_read_audit, link, rx.fragment())
+    return link
+
+
+def _status() -> rx.Component:
+    return rx.cond(
+        AppState.core_ok,
+        rx.badge(
+            rx.icon("radio", size=14, aria_hidden="true"),
+            rx.text("live · event #", rx.text.span(AppState.last_seq, id="live-seq")),
+            color_scheme="green",
+            variant="soft",
+            id="core-status",
+            aria_live="polite",
+        ),
+        rx.badge(
+            rx.icon("unplug", size=14, aria_hidden="true"),
+            "core unreachable — reconnecting",
+            color_scheme="red",
+            variant="solid",
+            id="core-status",
+            role="status",
+        ),
+    )
+
+
+def _user() -> rx.Component:
+    return rx.cond(
+        AppState.signed_out,
+        rx.link(rx.button("Sign in", size="1"), href=AppState.sign_in_url, id="sign-in"),
+        rx.hstack(
+            rx.cond(AppState.user_name != "", rx.text(AppState.user_name, size="2", id="user-name"), rx.fragment()),
+            rx.badge(AppState.role, variant="outline", id="user-role"),
+            rx.cond(
+                AppState.auth_mode == "session",
+                rx.link("Sign out", href="/auth/logout", size="2"),
+                rx.fragment(),
+            ),
+            spacing="2",
+            align="center",
+        ),
+    )
+
+
+def layout(title: str, *content: rx.Component) -> rx.Component:
+    """A page: side navigation, a header with status, then `content`."""
+    return rx.hstack(
+        rx.el.nav(
+            rx.vstack(
+                rx.heading("JobDeck", size="5", padding_x="0.75rem", padding_bottom="0.75rem"),
+                *(_nav_link(*item) for item in NAV),
+                spacing="1",
+                width="100%",
+            ),
+            aria_label="Main",
+            style={
+                "width": "13rem",
+                "padding": "1rem 0.5rem",
+                "min_height": "100vh",
+                "border_right": f"1px solid {rx.color('gray', 5)}",
+                "flex_shrink": "0",
+            },
+        ),
+        rx.el.main(
+            rx.vstack(
+                rx.hstack(
+                    rx.heading(title, size="6", as_="h1"),
+                    rx.spacer(),
+                    _status(),
+                    _user(),
+                    rx.color_mode.switch(aria_label="Dark theme"),
+                    width="100%",
+                    align="center",
+                    spacing="3",
+                ),
+                rx.cond(
+                    AppState.core_ok,
+                    rx.fragment(),
+                    rx.callout(
+                        rx.text(
+                            "The JobDeck core cannot be reached: ",
+                            AppState.core_error,
+                            " — this page will catch up by itself when it is back.",
+                        ),
+                        icon="triangle-alert",
+                        color_scheme="red",
+                        width="100%",
+                        id="core-down",
+                        role="alert",
+                    ),
+                ),
+                *content,
+                spacing="4",
+                width="100%",
+            ),
+            style={"flex": "1", "padding": "1.25rem 1.5rem", "min_width": "0"},
+        ),
+        spacing="0",
+        align="start",
+        width="100%",
+    )

@@ -1,0 +1,517 @@
+"""Jobs: a server-side filtered and paged table that follows the feed, row and bulk actions,
+and a form to submit a job."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import reflex as rx
+
+from core.errors import InvalidInput, JobDeckError
+from web_ui.format import STATES, job_row
+from web_ui.hub import Change, touched
+from web_ui.layout import layout
+from web_ui.state import AppState, page_state
+
+PAGE_SIZE = 50
+BULK_ACTIONS = ("pause", "resume", "cancel", "retry")
+
+
+@page_state(
+    "/jobs",
+    editable=("new_command", "new_queue", "new_name", "new_priority", "new_delay", "prio_value", "bulk_priority"),
+)
+class JobsState(AppState):
+    """The Jobs page."""
+
+    f_state: str = "all"
+    f_queue: str = ""
+    f_name: str = ""
+    f_tag: str = ""
+    rows: list[dict[str, str]] = []
+    cursors: list[int] = []  # the cursor of each page before this one (for "previous")
+    cursor: int = 0
+    next_cursor: int = 0
+    selected: list[str] = []
+    bulk_priority: str = ""
+    # the submit form
+    form_open: bool = False
+    new_command: str = ""
+    new_queue: str = "default"
+    new_name: str = ""
+    new_priority: str = "0"
+    new_delay: str = ""
+    form_errors: dict[str, str] = {}
+    # the priority dialog
+    prio_job: str = ""
+    prio_value: str = ""
+
+    def _filter(self) -> dict[str, Any]:
+        flt: dict[str, Any] = {}
+        if self.f_state and self.f_state != "all":
+            flt["state"] = self.f_state
+        if self.f_queue.strip():
+            flt["queue"] = self.f_queue.strip()
+        if self.f_name.strip():
+            flt["name_prefix"] = self.f_name.strip()
+        if self.f_tag.strip():
+            flt["tag"] = self.f_tag.strip()
+        return flt
+
+    async def fetch(self) -> None:
+        """Read the page shown from the core."""
+        page = await self.client().list_jobs(**self._filter(), cursor=self.cursor or None, limit=PAGE_SIZE)
+        self.rows = [job_row(j, self.may("jobs.write", j.get("queue"))) for j in page["jobs"]]
+        self.next_cursor = int(page.get("next_cursor") or 0)
+        shown = {r["id"] for r in self.rows}
+        self.selected = [i for i in self.selected if i in shown]
+
+    async def live_refresh(self, changes: list[Change] | None) -> None:
+        if touched(changes, "job."):
+            await self.fetch()
+
+    async def load(self) -> Any:
+        try:
+            await self.fetch()
+        except JobDeckError as exc:
+            return self.failed(exc)
+        return None
+
+    # -- filters and paging
+
+    async def set_filter(self, key: str, value: str) -> Any:
+        setattr(self, f"f_{key}", value)
+        self.cursor, self.cursors = 0, []
+        return await self.load()
+
+    async def next_page(self) -> Any:
+        if self.next_cursor:
+            self.cursors = [*self.cursors, self.cursor]
+            self.cursor = self.next_cursor
+        return await self.load()
+
+    async def prev_page(self) -> Any:
+        if self.cursors:
+            self.cursor = self.cursors[-1]
+            self.cursors = self.cursors[:-1]
+        return await self.load()
+
+    # -- selection
+
+    def toggle(self, job_id: str, on: bool) -> None:
+        if on and job_id not in self.selected:
+            self.selected = [*self.selected, job_id]
+        elif not on:
+            self.selected = [i for i in self.selected if i != job_id]
+
+    def toggle_all(self, on: bool) -> None:
+        self.selected = [r["id"] for r in self.rows] if on else []
+
+    # -- actions
+
+    async def act(self, job_id: str, action: str) -> Any:
+        try:
+            await self.client().job_action(int(job_id), action)
+        except JobDeckError as exc:
+            return self.failed(exc)
+        await self.load()
+        return rx.toast.success(f"job {job_id}: {action} done", duration=2000)
+
+    def open_priority(self, job_id: str, current: str) -> None:
+        self.prio_job, self.prio_value = job_id, current
+
+    def close_priority(self) -> None:
+        self.prio_job = ""
+
+    async def save_priority(self) -> Any:
+        job_id = self.prio_job
+        try:
+            await self.client().set_priority(int(job_id), int(self.prio_value))
+        except ValueError:
+            return rx.toast.error("the priority must be a whole number")
+        except JobDeckError as exc:
+            return self.failed(exc)
+        self.prio_job = ""
+        await self.load()
+        return rx.toast.success(f"job {job_id}: priority {self.prio_value}", duration=2000)
+
+    async def bulk(self, action: str, scope: str) -> Any:
+        """`action` on the selected jobs (scope "selected") or on every job matching the filter ("filter")."""
+        kwargs: dict[str, Any] = {}
+        if action == "priority":
+            try:
+                kwargs["priority"] = int(self.bulk_priority)
+            except ValueError:
+                return rx.toast.error("set a whole-number priority first")
+        if scope == "selected":
+            kwargs["ids"] = [int(i) for i in self.selected]
+        else:
+            kwargs["filter"] = self._filter()
+        try:
+            got = await self.client().bulk(action, **kwargs)
+        except JobDeckError as exc:
+            return self.failed(exc)
+        self.selected = []
+        await self.load()
+        errors = got.get("errors") or []
+        note = f"{action}: {got.get('changed', 0)} of {got.get('matched', 0)} jobs changed"
+        if errors:
+            return rx.toast.warning(f"{note}; {len(errors)} refused: {errors[0].get('message', '')}", duration=6000)
+        return rx.toast.success(note, duration=3000)
+
+    # -- submit
+
+    def set_form_open(self, value: bool) -> None:
+        self.form_open = value
+        self.form_errors = {}
+
+    async def submit(self) -> Any:
+        errors: dict[str, str] = {}
+        spec: dict[str, Any] = {"queue": self.new_queue.strip() or "default"}
+        try:
+            argv = shlex.split(self.new_command)
+        except ValueError as exc:
+            argv, errors["command"] = [], f"cannot split the command: {exc}"
+        if not argv and "command" not in errors:
+            errors["command"] = "a command is needed"
+        spec["task"] = {"kind": "shell", "argv": argv}
+        if self.new_name.strip():
+            spec["name"] = self.new_name.strip()
+        try:
+            spec["priority"] = int(self.new_priority or 0)
+        except ValueError:
+            errors["priority"] = "a whole number"
+        if self.new_delay.strip():
+            try:
+                spec["delay"] = float(self.new_delay)
+            except ValueError:
+                errors["delay"] = "seconds, e.g. 30"
+        if errors:
+            self.form_errors = errors
+            return None
+        try:
+            job = await self.client().submit(spec)
+        except InvalidInput as exc:
+            field = (exc.field or "command").split(".")[-1]
+            field = {"argv": "command", "task": "command", "queue": "queue", "name": "name"}.get(field, field)
+            self.form_errors = {field if field in ("command", "queue", "name", "priority", "delay") else "command":
+                                exc.message}  # fmt: skip
+            return None
+        except JobDeckError as exc:
+            return self.failed(exc)
+        self.form_open, self.form_errors, self.new_command, self.new_name = False, {}, "", ""
+        await self.load()
+        return rx.toast.success(f"job {job['id']} submitted", duration=2000)
+
+
+# -- components
+
+
+def _field(label: str, name: str, value: Any, on_change: Any, **props: Any) -> rx.Component:
+    field_id = f"new-{name}"
+    return rx.vstack(
+        rx.el.label(label, html_for=field_id, style={"font_size": "0.85rem", "font_weight": "500"}),
+        rx.input(value=value, on_change=on_change, id=field_id, name=name, width="100%", **props),
+        rx.cond(
+            JobsState.form_errors.contains(name),
+            rx.text(JobsState.form_errors[name], color_scheme="red", size="1", id=f"error-{name}", role="alert"),
+            rx.fragment(),
+        ),
+        spacing="1",
+        width="100%",
+    )
+
+
+def submit_dialog() -> rx.Component:
+    return rx.dialog.root(
+        rx.dialog.trigger(
+            rx.button(
+                rx.icon("plus", size=16),
+                "New job",
+                id="new-job",
+                disabled=~AppState.can_write_jobs,
+                title=AppState.write_reason,
+            ),
+        ),
+        rx.dialog.content(
+            rx.dialog.title("Submit a job"),
+            rx.dialog.description("A shell command, split like a shell would (no shell runs it).", size="2"),
+            rx.form(
+                rx.vstack(
+                    _field(
+                        "Command",
+                        "command",
+                        JobsState.new_command,
+                        lambda v: JobsState.set_field("new_command", v),
+                        placeholder="echo hello",
+                        auto_focus=True,
+                    ),
+                    rx.hstack(
+                        _field("Queue", "queue", JobsState.new_queue, lambda v: JobsState.set_field("new_queue", v)),
+                        _field(
+                            "Name",
+                            "name",
+                            JobsState.new_name,
+                            lambda v: JobsState.set_field("new_name", v),
+                            placeholder="optional",
+                        ),
+                        width="100%",
+                    ),
+                    rx.hstack(
+                        _field(
+                            "Priority",
+                            "priority",
+                            JobsState.new_priority,
+                            lambda v: JobsState.set_field("new_priority", v),
+                        ),
+                        _field(
+                            "Delay (s)",
+                            "delay",
+                            JobsState.new_delay,
+                            lambda v: JobsState.set_field("new_delay", v),
+                            placeholder="run now",
+                        ),
+                        width="100%",
+                    ),
+                    rx.hstack(
+                        rx.dialog.close(rx.button("Cancel", variant="soft", color_scheme="gray", type="button")),
+                        rx.button("Submit", type="submit", id="submit-job"),
+                        justify="end",
+                        width="100%",
+                    ),
+                    spacing="3",
+                ),
+                on_submit=JobsState.submit,
+                reset_on_submit=False,
+            ),
+        ),
+        open=JobsState.form_open,
+        on_open_change=JobsState.set_form_open,
+    )
+
+
+def priority_dialog() -> rx.Component:
+    return rx.dialog.root(
+        rx.dialog.content(
+            rx.dialog.title("Priority of job ", JobsState.prio_job),
+            rx.form(
+                rx.vstack(
+                    rx.el.label("New priority (higher runs first)", html_for="prio-value"),
+                    rx.input(
+                        value=JobsState.prio_value,
+                        on_change=lambda v: JobsState.set_field("prio_value", v),
+                        id="prio-value",
+                        type="number",
+                        auto_focus=True,
+                    ),
+                    rx.hstack(
+                        rx.button(
+                            "Cancel",
+                            variant="soft",
+                            color_scheme="gray",
+                            type="button",
+                            on_click=JobsState.close_priority,
+                        ),
+                        rx.button("Set priority", type="submit", id="prio-save"),
+                        justify="end",
+                        width="100%",
+                    ),
+                    spacing="3",
+                ),
+                on_submit=lambda _: JobsState.save_priority(),
+            ),
+        ),
+        open=JobsState.prio_job != "",
+        on_open_change=lambda _: JobsState.close_priority(),
+    )
+
+
+def _action(label: str, icon: str, row: Any, flag: str, action: str) -> rx.Component:
+    return rx.icon_button(
+        rx.icon(icon, size=14),
+        size="1",
+        variant="soft",
+        disabled=row[flag] == "",
+        on_click=JobsState.act(row["id"], action),
+        aria_label=f"{label} job " + row["id"],
+        title=rx.cond(row["refuse"] != "", row["refuse"], label),
+        class_name=f"act-{action}",
+    )
+
+
+def _row(row: Any) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(
+            rx.checkbox(
+                checked=JobsState.selected.contains(row["id"]),
+                on_change=lambda on: JobsState.toggle(row["id"], on),
+                aria_label="select job " + row["id"],
+            )
+        ),
+        rx.table.cell(rx.link(row["id"], href="/jobs/" + row["id"])),
+        rx.table.cell(row["name"]),
+        rx.table.cell(row["queue"]),
+        rx.table.cell(rx.badge(row["state"], color_scheme=row["color"], class_name="job-state")),
+        rx.table.cell(row["priority"], class_name="job-priority"),
+        rx.table.cell(row["attempts"]),
+        rx.table.cell(row["created"]),
+        rx.table.cell(rx.text(row["note"], size="1", color_scheme="gray", trim="both")),
+        rx.table.cell(
+            rx.hstack(
+                rx.cond(
+                    row["state"] == "paused",
+                    _action("Resume", "play", row, "resumable", "resume"),
+                    _action("Pause", "pause", row, "pausable", "pause"),
+                ),
+                rx.icon_button(
+                    rx.icon("arrow-up-down", size=14),
+                    size="1",
+                    variant="soft",
+                    disabled=row["prioritisable"] == "",
+                    on_click=JobsState.open_priority(row["id"], row["priority"]),
+                    aria_label="Change priority of job " + row["id"],
+                    title=rx.cond(row["refuse"] != "", row["refuse"], "Change priority"),
+                    class_name="act-priority",
+                ),
+                _action("Cancel", "x", row, "cancellable", "cancel"),
+                _action("Retry", "rotate-ccw", row, "retryable", "retry"),
+                spacing="1",
+            )
+        ),
+        id="job-row-" + row["id"],
+        data_state=row["state"],
+    )
+
+
+def _filters() -> rx.Component:
+    return rx.hstack(
+        rx.vstack(
+            rx.el.label("State", html_for="f-state", style={"font_size": "0.8rem"}),
+            rx.select(
+                ["all", *STATES],
+                value=JobsState.f_state,
+                on_change=lambda v: JobsState.set_filter("state", v),
+                id="f-state",
+            ),
+            spacing="1",
+        ),
+        *(
+            rx.vstack(
+                rx.el.label(label, html_for=f"f-{key}", style={"font_size": "0.8rem"}),
+                rx.input(
+                    value=getattr(JobsState, f"f_{key}"),
+                    id=f"f-{key}",
+                    placeholder=hint,
+                    on_change=lambda v, k=key: JobsState.set_filter(k, v),
+                    debounce_timeout=300,
+                ),
+                spacing="1",
+            )
+            for key, label, hint in (
+                ("queue", "Queue", "any"),
+                ("name", "Name starts with", "any"),
+                ("tag", "Tag", "any"),
+            )
+        ),
+        align="end",
+        spacing="3",
+        wrap="wrap",
+    )
+
+
+def _bulk_bar() -> rx.Component:
+    def buttons(scope: str) -> list[rx.Component]:
+        return [
+            rx.button(
+                a.capitalize(),
+                size="1",
+                variant="soft",
+                on_click=JobsState.bulk(a, scope),
+                disabled=~AppState.can_write_jobs,
+                id=f"bulk-{scope}-{a}",
+            )
+            for a in BULK_ACTIONS
+        ] + [
+            rx.button(
+                "Set priority",
+                size="1",
+                variant="soft",
+                on_click=JobsState.bulk("priority", scope),
+                disabled=~AppState.can_write_jobs,
+                id=f"bulk-{scope}-priority",
+            )
+        ]
+
+    return rx.vstack(
+        rx.hstack(
+            rx.el.label("Priority for bulk", html_for="bulk-priority", style={"font_size": "0.8rem"}),
+            rx.input(
+                value=JobsState.bulk_priority,
+                on_change=lambda v: JobsState.set_field("bulk_priority", v),
+                id="bulk-priority",
+                width="6rem",
+                type="number",
+            ),
+            rx.spacer(),
+            rx.text("All matching the filter:", size="2", weight="medium"),
+            *buttons("filter"),
+            align="center",
+            spacing="2",
+            wrap="wrap",
+            width="100%",
+        ),
+        rx.cond(
+            JobsState.selected.length() > 0,
+            rx.hstack(
+                rx.text(JobsState.selected.length(), " selected:", size="2", weight="medium", id="selected-count"),
+                *buttons("selected"),
+                align="center",
+                spacing="2",
+                wrap="wrap",
+            ),
+            rx.fragment(),
+        ),
+        width="100%",
+        spacing="2",
+    )
+
+
+def jobs_page() -> rx.Component:
+    return layout(
+        "Jobs",
+        rx.hstack(_filters(), rx.spacer(), submit_dialog(), align="end", width="100%"),
+        _bulk_bar(),
+        rx.table.root(
+            rx.table.header(
+                rx.table.row(
+                    rx.table.column_header_cell(
+                        rx.checkbox(on_change=JobsState.toggle_all, aria_label="select all jobs on this page")
+                    ),
+                    *(
+                        rx.table.column_header_cell(h)
+                        for h in ("ID", "Name", "Queue", "State", "Priority", "Attempts", "Created", "Note", "Actions")
+                    ),
+                )
+            ),
+            rx.table.body(rx.foreach(JobsState.rows, _row)),
+            width="100%",
+            size="1",
+            id="jobs-table",
+        ),
+        rx.cond(JobsState.rows.length() == 0, rx.text("No jobs match.", color_scheme="gray"), rx.fragment()),
+        rx.hstack(
+            rx.button(
+                "Previous",
+                on_click=JobsState.prev_page,
+                disabled=JobsState.cursors.length() == 0,
+                variant="soft",
+                size="1",
+            ),
+            rx.button(
+                "Next", on_click=JobsState.next_page, disabled=JobsState.next_cursor == 0, variant="soft", size="1"
+            ),
+            spacing="2",
+        ),
+        priority_dialog(),
+    )
