@@ -8,7 +8,13 @@ from starlette.routing import Mount
 
 from web_ui import sessions
 from web_ui.hub import HUB, run_hub
+from web_ui.pages.fleet import AgentsState, QueuesState, agents_page, queues_page
+from web_ui.pages.job_detail import ROUTE as JOB_ROUTE
+from web_ui.pages.job_detail import JobDetailState, job_detail_page
 from web_ui.pages.jobs import JobsState, jobs_page
+from web_ui.pages.overview import OverviewState, overview_page
+from web_ui.pages.records import AuditState, DeadState, audit_page, dead_page
+from web_ui.pages.schedules import SchedulesState, schedules_page
 from web_ui.state import AppState
 
 
@@ -19,9 +25,21 @@ def _with_auth_routes(asgi: object) -> Starlette:
 
 app = rx.App(
     api_transformer=_with_auth_routes,
+    stylesheets=["/dashboard.css"],
     head_components=[rx.el.meta(name="description", content="JobDeck: live jobs, queues and agents")],
 )
 app.register_lifespan_task(run_hub)
 HUB.app = app
 
-app.add_page(jobs_page, route="/jobs", title="Jobs · JobDeck", on_load=[AppState.on_page_load, JobsState.load])
+PAGES = (
+    (overview_page, "/", "Overview", OverviewState),
+    (jobs_page, "/jobs", "Jobs", JobsState),
+    (job_detail_page, JOB_ROUTE, "Job", JobDetailState),
+    (queues_page, "/queues", "Queues", QueuesState),
+    (agents_page, "/agents", "Agents", AgentsState),
+    (schedules_page, "/schedules", "Schedules", SchedulesState),
+    (dead_page, "/dead", "Dead letters", DeadState),
+    (audit_page, "/audit", "Audit log", AuditState),
+)
+for page, route, title, state in PAGES:
+    app.add_page(page, route=route, title=f"{title} · JobDeck", on_load=[AppState.on_page_load, state.load])

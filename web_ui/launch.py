@@ -88,6 +88,11 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     except frontend.SetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)  # `kill` of jobdeck web stops the app's processes too
     try:
         if not wait_ready(proc, url):
             print("error: the dashboard did not start (see the messages above)", file=sys.stderr)

@@ -76,7 +76,7 @@ def _user() -> rx.Component:
     )
 
 
-def layout(title: str, *content: rx.Component) -> rx.Component:
+def layout(title: str | rx.Var[str], *content: rx.Component) -> rx.Component:
     """A page: side navigation, a header with status, then `content`."""
     return rx.hstack(
         rx.el.nav(

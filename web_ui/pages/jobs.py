@@ -9,6 +9,7 @@ from typing import Any
 import reflex as rx
 
 from core.errors import InvalidInput, JobDeckError
+from web_ui.bulk import bulk
 from web_ui.format import STATES, job_row
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
@@ -149,7 +150,7 @@ class JobsState(AppState):
         else:
             kwargs["filter"] = self._filter()
         try:
-            got = await self.client().bulk(action, **kwargs)
+            got = await bulk(self.client(), action, **kwargs)
         except JobDeckError as exc:
             return self.failed(exc)
         self.selected = []

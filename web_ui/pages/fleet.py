@@ -1,0 +1,254 @@
+"""Queues (pause, resume, concurrency) and Agents (slots, heartbeats, drain)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import reflex as rx
+
+from core.errors import JobDeckError
+from web_ui.format import ago
+from web_ui.hub import Change, touched
+from web_ui.layout import layout
+from web_ui.state import AppState, page_state
+
+
+@page_state("/queues", editable=("limit_value",))
+class QueuesState(AppState):
+    """The Queues page."""
+
+    queues: list[dict[str, str]] = []
+    limit_queue: str = ""
+    limit_value: str = ""
+
+    async def fetch(self) -> None:
+        rows = []
+        for q in await self.client().queues():
+            counts = q.get("counts") or {}
+            rows.append({
+                "name": q["name"], "paused": "1" if q.get("paused") else "",
+                "concurrency": "" if q.get("concurrency") is None else str(q["concurrency"]),
+                "depth": str(q.get("depth", 0)), "running": str(q.get("running", 0)),
+                "scheduled": str(q.get("scheduled", 0)), "dead": str(counts.get("dead", 0)),
+                "succeeded": str(counts.get("succeeded", 0)),
+                "refuse_pause": self.may("queues.pause", q["name"]),
+                "refuse_configure": self.may("queues.configure", q["name"]),
+            })  # fmt: skip
+        self.queues = rows
+
+    async def live_refresh(self, changes: list[Change] | None) -> None:
+        if touched(changes, "queue.", "job."):
+            await self.fetch()
+
+    async def load(self) -> Any:
+        try:
+            await self.fetch()
+        except JobDeckError as exc:
+            return self.failed(exc)
+        return None
+
+    async def toggle_pause(self, name: str, paused: str) -> Any:
+        action = "resume" if paused else "pause"
+        try:
+            await self.client().queue_action(name, action)
+        except JobDeckError as exc:
+            return self.failed(exc)
+        await self.fetch()
+        return rx.toast.success(f"queue {name}: {action}d", duration=2000)
+
+    def edit_limit(self, name: str, current: str) -> None:
+        self.limit_queue, self.limit_value = name, current
+
+    def close_limit(self) -> None:
+        self.limit_queue = ""
+
+    async def save_limit(self) -> Any:
+        text = self.limit_value.strip()
+        try:
+            limit = int(text) if text else None
+        except ValueError:
+            return rx.toast.error("the limit must be a whole number, or empty for none")
+        try:
+            await self.client().set_concurrency(self.limit_queue, limit)
+        except JobDeckError as exc:
+            return self.failed(exc)
+        name, self.limit_queue = self.limit_queue, ""
+        await self.fetch()
+        return rx.toast.success(f"queue {name}: concurrency {limit if limit is not None else 'unlimited'}")
+
+
+@page_state("/agents")
+class AgentsState(AppState):
+    """The Agents page."""
+
+    agents: list[dict[str, str]] = []
+
+    async def fetch(self) -> None:
+        self.agents = [
+            {
+                "name": a["name"],
+                "host": f"{a.get('host', '')}:{a.get('pid', '')}",
+                "queues": ", ".join(a.get("queues") or []),
+                "labels": ", ".join(f"{k}={v}" for k, v in (a.get("labels") or {}).items()),
+                "slots": f"{a.get('slots_used', 0)}/{a.get('slots', 0)}",
+                "heartbeat": f"{a.get('heartbeat_age', 0):.1f}s",
+                "since": ago(a.get("connected_at")),
+                "draining": "1" if a.get("draining") else "",
+                "refuse": self.may("agents.drain"),
+            }
+            for a in await self.client().agents()
+        ]
+
+    async def live_refresh(self, changes: list[Change] | None) -> None:
+        if touched(changes, "agent.", "job.running", "job.succeeded", "job.failed", "job.dead"):
+            await self.fetch()
+
+    async def load(self) -> Any:
+        try:
+            await self.fetch()
+        except JobDeckError as exc:
+            return self.failed(exc)
+        return None
+
+    async def drain(self, name: str) -> Any:
+        try:
+            await self.client().drain_agent(name)
+        except JobDeckError as exc:
+            return self.failed(exc)
+        await self.fetch()
+        return rx.toast.success(f"agent {name}: draining (it finishes what it runs)", duration=3000)
+
+
+def _queue_row(q: Any) -> rx.Component:
+    return rx.table.row(
+        rx.table.row_header_cell(q["name"]),
+        rx.table.cell(
+            rx.cond(
+                q["paused"] != "", rx.badge("paused", color_scheme="purple"), rx.badge("active", color_scheme="green")
+            )
+        ),
+        rx.table.cell(q["depth"]),
+        rx.table.cell(q["running"]),
+        rx.table.cell(q["scheduled"]),
+        rx.table.cell(q["succeeded"]),
+        rx.table.cell(q["dead"]),
+        rx.table.cell(rx.cond(q["concurrency"] != "", q["concurrency"], "no limit")),
+        rx.table.cell(
+            rx.hstack(
+                rx.button(
+                    rx.cond(q["paused"] != "", "Resume", "Pause"),
+                    size="1",
+                    variant="soft",
+                    on_click=QueuesState.toggle_pause(q["name"], q["paused"]),
+                    disabled=q["refuse_pause"] != "",
+                    title=q["refuse_pause"],
+                    class_name="queue-pause",
+                ),
+                rx.button(
+                    "Limit",
+                    size="1",
+                    variant="soft",
+                    on_click=QueuesState.edit_limit(q["name"], q["concurrency"]),
+                    disabled=q["refuse_configure"] != "",
+                    title=q["refuse_configure"],
+                ),
+                spacing="1",
+            )
+        ),
+        id="queue-row-" + q["name"],
+    )
+
+
+def _limit_dialog() -> rx.Component:
+    return rx.dialog.root(
+        rx.dialog.content(
+            rx.dialog.title("Concurrency of queue ", QueuesState.limit_queue),
+            rx.form(
+                rx.vstack(
+                    rx.el.label("Running jobs at most (empty: no limit)", html_for="limit-value"),
+                    rx.input(
+                        value=QueuesState.limit_value,
+                        id="limit-value",
+                        type="number",
+                        auto_focus=True,
+                        on_change=lambda v: QueuesState.set_field("limit_value", v),
+                    ),
+                    rx.hstack(
+                        rx.button(
+                            "Cancel",
+                            type="button",
+                            variant="soft",
+                            color_scheme="gray",
+                            on_click=QueuesState.close_limit,
+                        ),
+                        rx.button("Save", type="submit"),
+                        justify="end",
+                        width="100%",
+                    ),
+                ),
+                on_submit=lambda _: QueuesState.save_limit(),
+            ),
+        ),
+        open=QueuesState.limit_queue != "",
+        on_open_change=lambda _: QueuesState.close_limit(),
+    )
+
+
+def queues_page() -> rx.Component:
+    heads = ("Queue", "Status", "Queued", "Running", "Scheduled", "Succeeded", "Dead", "Concurrency", "Actions")
+    return layout(
+        "Queues",
+        rx.table.root(
+            rx.table.header(rx.table.row(*(rx.table.column_header_cell(h) for h in heads))),
+            rx.table.body(rx.foreach(QueuesState.queues, _queue_row)),
+            width="100%",
+            id="queues-table",
+        ),
+        _limit_dialog(),
+    )
+
+
+def _agent_row(a: Any) -> rx.Component:
+    return rx.table.row(
+        rx.table.row_header_cell(a["name"]),
+        rx.table.cell(a["host"]),
+        rx.table.cell(a["queues"]),
+        rx.table.cell(a["labels"]),
+        rx.table.cell(a["slots"]),
+        rx.table.cell(a["heartbeat"]),
+        rx.table.cell(a["since"]),
+        rx.table.cell(
+            rx.cond(
+                a["draining"] != "",
+                rx.badge("draining", color_scheme="orange"),
+                rx.badge("taking work", color_scheme="green"),
+            )
+        ),
+        rx.table.cell(
+            rx.button(
+                "Drain",
+                size="1",
+                variant="soft",
+                color_scheme="orange",
+                on_click=AgentsState.drain(a["name"]),
+                disabled=(a["refuse"] != "") | (a["draining"] != ""),
+                title=a["refuse"],
+                aria_label="Drain agent " + a["name"],
+            )
+        ),
+        id="agent-row-" + a["name"],
+    )
+
+
+def agents_page() -> rx.Component:
+    heads = ("Agent", "Host:pid", "Queues", "Labels", "Slots used", "Heartbeat", "Connected", "Status", "Actions")
+    return layout(
+        "Agents",
+        rx.table.root(
+            rx.table.header(rx.table.row(*(rx.table.column_header_cell(h) for h in heads))),
+            rx.table.body(rx.foreach(AgentsState.agents, _agent_row)),
+            width="100%",
+            id="agents-table",
+        ),
+        rx.cond(AgentsState.agents.length() == 0, rx.text("No agents connected.", color_scheme="gray"), rx.fragment()),
+    )

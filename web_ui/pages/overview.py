@@ -1,0 +1,160 @@
+"""Overview: live counters and plotly charts (jobs per minute by outcome, pick-up latency
+percentiles, queue depth, success ratio), all from the shared hub."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import plotly.graph_objects as go
+import reflex as rx
+
+from web_ui.format import STATE_COLOR
+from web_ui.hub import BUCKET_SECONDS, HUB, Change
+from web_ui.layout import layout
+from web_ui.state import AppState, page_state
+
+CHART_EVERY = 2.0  # seconds between chart redraws in one tab
+COUNTERS = ("queued", "running", "scheduled", "paused", "failed", "dead", "succeeded", "cancelled")
+OUTCOME_COLORS = {"succeeded": "#30a46c", "failed": "#f76b15", "dead": "#e5484d", "cancelled": "#8b8d98"}
+
+
+def _layout(fig: go.Figure, y_title: str) -> go.Figure:
+    fig.update_layout(
+        margin={"l": 50, "r": 10, "t": 10, "b": 40},
+        height=260,
+        autosize=True,
+        legend={"orientation": "h", "y": -0.25},
+        yaxis_title=y_title,
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
+    return fig
+
+
+def _axis() -> list[datetime]:
+    return [datetime.fromtimestamp(m * BUCKET_SECONDS) for m in HUB.minute_axis()]
+
+
+def outcomes_figure() -> go.Figure:
+    axis = _axis()
+    fig = go.Figure()
+    for outcome, values in HUB.outcome_series().items():
+        fig.add_trace(go.Bar(x=axis, y=values, name=outcome, marker_color=OUTCOME_COLORS[outcome]))
+    return _layout(fig.update_layout(barmode="stack"), "jobs / minute")
+
+
+def latency_figure() -> go.Figure:
+    axis = _axis()
+    fig = go.Figure()
+    for key, values in HUB.latency_series().items():
+        fig.add_trace(go.Scatter(x=axis, y=values, name=key, mode="lines+markers", connectgaps=False))
+    return _layout(fig, "pick-up latency (ms)")
+
+
+def depth_figure() -> go.Figure:
+    times, series = HUB.depth_series()
+    axis = [datetime.fromtimestamp(t) for t in times]
+    fig = go.Figure()
+    for name, values in series.items():
+        fig.add_trace(go.Scatter(x=axis, y=values, name=name, mode="lines", line_shape="hv"))
+    if not series:
+        fig.add_trace(go.Scatter(x=axis, y=[0] * len(axis), name="(no queues)", mode="lines"))
+    return _layout(fig, "queued jobs")
+
+
+def success_figure() -> go.Figure:
+    fig = go.Figure(go.Scatter(x=_axis(), y=HUB.success_series(), name="success %", mode="lines+markers",
+                               line={"color": OUTCOME_COLORS["succeeded"]}))  # fmt: skip
+    fig.update_yaxes(range=[0, 105])
+    return _layout(fig, "succeeded / finished (%)")
+
+
+@page_state("/")
+class OverviewState(AppState):
+    """The Overview page."""
+
+    counters: list[dict[str, str]] = []
+    throughput: str = "0"
+    fig_outcomes: go.Figure = go.Figure()
+    fig_latency: go.Figure = go.Figure()
+    fig_depth: go.Figure = go.Figure()
+    fig_success: go.Figure = go.Figure()
+    charts_at: float = 0.0
+
+    def _counters(self) -> None:
+        by_state: dict[str, Any] = (HUB.stats or {}).get("by_state", {})
+        self.counters = [
+            {"state": s, "count": f"{int(by_state.get(s, 0)):,}", "color": STATE_COLOR.get(s, "gray")} for s in COUNTERS
+        ]
+        self.throughput = str((HUB.stats or {}).get("jobs_per_second", 0))
+
+    def _charts(self) -> None:
+        self.fig_outcomes, self.fig_latency = outcomes_figure(), latency_figure()
+        self.fig_depth, self.fig_success = depth_figure(), success_figure()
+        self.charts_at = time.monotonic()
+
+    async def live_refresh(self, changes: list[Change] | None) -> None:
+        self._counters()
+        if time.monotonic() - self.charts_at >= CHART_EVERY:
+            self._charts()
+
+    def load(self) -> None:
+        self._counters()
+        self._charts()
+
+
+def _counter(item: Any) -> rx.Component:
+    return rx.card(
+        rx.vstack(
+            rx.text(item["state"], size="2", color_scheme="gray"),
+            rx.text(item["count"], size="6", weight="bold", color_scheme=item["color"], id="count-" + item["state"]),
+            spacing="1",
+        ),
+        min_width="8rem",
+    )
+
+
+def _chart(title: str, fig: Any, chart_id: str) -> rx.Component:
+    return rx.card(
+        rx.vstack(
+            rx.heading(title, size="3", as_="h2"),
+            rx.box(
+                rx.plotly(data=fig, use_resize_handler=True, config={"displayModeBar": False}),
+                width="100%",
+                id=chart_id,
+                class_name="chart",
+            ),
+            width="100%",
+        ),
+        width="100%",
+        min_width="0",
+    )
+
+
+def overview_page() -> rx.Component:
+    return layout(
+        "Overview",
+        rx.hstack(
+            rx.foreach(OverviewState.counters, _counter),
+            rx.card(
+                rx.vstack(
+                    rx.text("finished / s (last minute)", size="2", color_scheme="gray"),
+                    rx.text(OverviewState.throughput, size="6", weight="bold", id="throughput"),
+                    spacing="1",
+                )
+            ),
+            wrap="wrap",
+            spacing="3",
+        ),
+        rx.grid(
+            _chart("Jobs per minute by outcome", OverviewState.fig_outcomes, "chart-outcomes"),
+            _chart("Pick-up latency p50 / p95 / p99", OverviewState.fig_latency, "chart-latency"),
+            _chart("Queue depth", OverviewState.fig_depth, "chart-depth"),
+            _chart("Success ratio", OverviewState.fig_success, "chart-success"),
+            columns=rx.breakpoints(initial="1", lg="2"),
+            spacing="4",
+            width="100%",
+        ),
+    )
