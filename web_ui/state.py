@@ -99,11 +99,6 @@ class AppState(rx.State):
 
     # -- events
 
-    def set_field(self, name: str, value: str) -> None:
-        """Set a text field of a form or filter (only the fields a page lists in `editable`)."""
-        if name in _EDITABLE.get(type(self), ()):
-            setattr(self, name, value)
-
     async def load_me(self) -> None:
         """Who is signed in (a core without sign-in answers admin; an older core has no /auth/me)."""
         try:
@@ -190,6 +185,14 @@ class AppState(rx.State):
 # would become a state var).
 _PAGE_STATES: dict[str, Any] = {}
 _EDITABLE: dict[Any, tuple[str, ...]] = {}
+
+
+def set_editable(state: Any, name: str, value: str) -> None:
+    """Set a text field of a form or filter: only the fields its page listed in `editable`. (Each page
+    state has its own `set_field` event calling this: an event inherited from AppState would run on
+    the AppState instance.)"""
+    if name in _EDITABLE.get(type(state), ()):
+        setattr(state, name, value)
 
 
 def page_state(route: str, editable: tuple[str, ...] = ()) -> Any:

@@ -10,12 +10,15 @@ from core.errors import JobDeckError
 from web_ui.format import ago
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
-from web_ui.state import AppState, page_state
+from web_ui.state import AppState, page_state, set_editable
 
 
 @page_state("/queues", editable=("limit_value",))
 class QueuesState(AppState):
     """The Queues page."""
+
+    def set_field(self, name: str, value: str) -> None:
+        set_editable(self, name, value)
 
     queues: list[dict[str, str]] = []
     limit_queue: str = ""

@@ -12,7 +12,7 @@ from core.errors import JobDeckError, NotFound
 from web_ui.format import STATE_COLOR, ago, clock, job_row, task_text
 from web_ui.hub import HUB, Change
 from web_ui.layout import layout
-from web_ui.state import AppState, page_state
+from web_ui.state import AppState, page_state, set_editable
 
 ROUTE = "/jobs/[job_ref]"  # not [job_id]: Reflex makes the route argument a var of the root state
 OUTPUT_POLL = 0.5  # seconds between output reads while the job runs
@@ -21,6 +21,9 @@ OUTPUT_POLL = 0.5  # seconds between output reads while the job runs
 @page_state(ROUTE, editable=("prio_value",))
 class JobDetailState(AppState):
     """The Job detail page."""
+
+    def set_field(self, name: str, value: str) -> None:
+        set_editable(self, name, value)
 
     job_id: int = 0
     found: bool = True

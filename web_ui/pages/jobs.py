@@ -13,7 +13,7 @@ from web_ui.bulk import bulk
 from web_ui.format import STATES, job_row
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
-from web_ui.state import AppState, page_state
+from web_ui.state import AppState, page_state, set_editable
 
 PAGE_SIZE = 50
 BULK_ACTIONS = ("pause", "resume", "cancel", "retry")
@@ -25,6 +25,9 @@ BULK_ACTIONS = ("pause", "resume", "cancel", "retry")
 )
 class JobsState(AppState):
     """The Jobs page."""
+
+    def set_field(self, name: str, value: str) -> None:
+        set_editable(self, name, value)
 
     f_state: str = "all"
     f_queue: str = ""
@@ -283,7 +286,7 @@ def submit_dialog() -> rx.Component:
                     ),
                     spacing="3",
                 ),
-                on_submit=JobsState.submit,
+                on_submit=lambda _: JobsState.submit(),
                 reset_on_submit=False,
             ),
         ),

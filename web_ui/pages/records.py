@@ -12,7 +12,7 @@ from web_ui.bulk import bulk
 from web_ui.format import ago, clock
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
-from web_ui.state import AppState, page_state
+from web_ui.state import AppState, page_state, set_editable
 
 PAGE_SIZE = 50
 
@@ -20,6 +20,9 @@ PAGE_SIZE = 50
 @page_state("/dead", editable=("f_queue",))
 class DeadState(AppState):
     """The Dead letters page: jobs with no attempts left."""
+
+    def set_field(self, name: str, value: str) -> None:
+        set_editable(self, name, value)
 
     rows: list[dict[str, str]] = []
     f_queue: str = ""
@@ -94,6 +97,9 @@ class DeadState(AppState):
 @page_state("/audit", editable=("f_actor", "f_action"))
 class AuditState(AppState):
     """The Audit log page (admins)."""
+
+    def set_field(self, name: str, value: str) -> None:
+        set_editable(self, name, value)
 
     entries: list[dict[str, str]] = []
     f_actor: str = ""

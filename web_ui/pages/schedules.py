@@ -12,7 +12,7 @@ from core.errors import InvalidInput, JobDeckError
 from web_ui.format import ago, clock, task_text
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
-from web_ui.state import AppState, page_state
+from web_ui.state import AppState, page_state, set_editable
 
 ZONES = ("UTC", "Europe/Paris", "Europe/London", "Europe/Berlin", "America/New_York", "America/Chicago",
          "America/Los_Angeles", "America/Sao_Paulo", "Asia/Tokyo", "Asia/Kolkata", "Asia/Singapore",
@@ -23,6 +23,9 @@ FORM_FIELDS = ("name", "cron", "timezone", "command", "queue")
 @page_state("/schedules", editable=("s_name", "s_command", "s_queue"))
 class SchedulesState(AppState):
     """The Schedules page."""
+
+    def set_field(self, name: str, value: str) -> None:
+        set_editable(self, name, value)
 
     schedules: list[dict[str, str]] = []
     editing: int = 0  # the schedule being edited; 0: a new one

@@ -1,0 +1,144 @@
+"""Fixtures for the browser tests: one real core (`jobdeck up`), one real dashboard
+(`jobdeck web`, Reflex production mode, built once per session) and Debian's chromium."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, ServerProcess, free_port, spawn_jobdeck
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+WEB_START_TIMEOUT = 240.0  # the first build of a fresh clone installs the frontend packages
+UI_TIMEOUT = 10_000  # ms: the longest any page waits for something to show
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; ./dev test installs it)", allow_module_level=True)
+
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright  # noqa: E402
+
+
+@dataclass
+class Dashboard:
+    """A running `jobdeck web` and the core it shows."""
+
+    url: str
+    core: ServerProcess
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+def start_core(data_dir: Path, port: int | None = None) -> ServerProcess:
+    return spawn_jobdeck(data_dir, "up", "--no-web", "--slots", "4", port=port, env={"JOBDECK_WEB": "0"})
+
+
+@pytest.fixture(scope="session")
+def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    """`jobdeck web --server CORE --port P` as a user runs it."""
+    base = tmp_path_factory.mktemp("web")
+    core = start_core(base / "data")
+    port = free_port()
+    log = base / "web.log"
+    cmd = [sys.executable, "-m", "core.cli", "web", "--server", core.url, "--port", str(port)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_up(proc, url, log)
+        yield Dashboard(url, core, proc, log)
+    finally:
+        _stop(proc)
+        if core.proc.poll() is None:
+            core.proc.terminate()
+            core.proc.wait(15)
+
+
+def _wait_up(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    import time
+
+    deadline = time.monotonic() + WEB_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jobdeck web exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            if httpx.get(url + "/ping", timeout=1).status_code == 200 and "is up" in log.read_text():
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"jobdeck web did not answer within {WEB_START_TIMEOUT} s:\n{log.read_text()[-4000:]}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    config_home = tempfile.mkdtemp(prefix="jobdeck-chromium-")
+    os.environ["XDG_CONFIG_HOME"] = config_home  # chromium leaves nothing in $HOME
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@dataclass
+class Console:
+    """Console errors and page errors seen by the pages of one test."""
+
+    errors: list[str] = field(default_factory=list)
+
+    def watch(self, page: Page) -> Page:
+        def on_console(msg: ConsoleMessage) -> None:
+            if msg.type == "error":
+                self.errors.append(f"{page.url}: {msg.text}")
+
+        page.on("console", on_console)
+        page.on("pageerror", lambda exc: self.errors.append(f"{page.url}: {exc}"))
+        return page
+
+
+@pytest.fixture
+def console() -> Iterator[Console]:
+    """Fails the test if any page it opened logged an error to the browser console."""
+    seen = Console()
+    yield seen
+    assert seen.errors == [], "browser console errors:\n" + "\n".join(seen.errors)
+
+
+@pytest.fixture
+def open_page(browser: Browser, web: Dashboard, console: Console) -> Iterator[object]:
+    """`open_page(path, dark=False)`: a page in a fresh browser context (its own session)."""
+    contexts = []
+
+    def open_(path: str = "/", *, dark: bool = False, width: int = 1400) -> Page:
+        ctx = browser.new_context(viewport={"width": width, "height": 900}, color_scheme="dark" if dark else "light")
+        ctx.set_default_timeout(UI_TIMEOUT)
+        contexts.append(ctx)
+        page = console.watch(ctx.new_page())
+        page.goto(web.url + path)
+        return page
+
+    yield open_
+    for ctx in contexts:
+        ctx.close()

@@ -1,0 +1,156 @@
+"""The dashboard in a real browser against a real core: live updates across browsers, actions,
+bulk by filter, charts, form errors, refused actions, and an unreachable core."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from core.client import JobDeckClient
+from tests.web_ui.conftest import Dashboard, start_core
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+OpenPage = Callable[..., Page]
+
+
+def api(web: Dashboard, method: str, *args: Any, **kwargs: Any) -> Any:
+    """Call one JobDeckClient method against the test core (the API, not the browser)."""
+
+    async def call() -> Any:
+        async with JobDeckClient(web.core.url) as client:
+            return await getattr(client, method)(*args, **kwargs)
+
+    # Playwright's sync API runs an event loop in this thread: the client gets a thread of its own.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, call()).result(timeout=30)
+
+
+def waiting_job(web: Dashboard, name: str, **extra: Any) -> int:
+    """A job that waits (runs in ten minutes), so the test decides what happens to it."""
+    spec = {"name": name, "delay": 600, "task": {"kind": "shell", "argv": ["true"]}, **extra}
+    return int(api(web, "submit", spec)["id"])
+
+
+def row(page: Page, job_id: int) -> Any:
+    return page.locator(f"#job-row-{job_id}")
+
+
+def test_a_job_created_in_one_browser_appears_in_another(open_page: OpenPage, web: Dashboard) -> None:
+    a, b = open_page("/jobs"), open_page("/jobs")
+    expect(b.locator("#core-status")).to_contain_text("live")
+    a.get_by_role("button", name="New job").click()
+    form = a.get_by_role("dialog")
+    form.get_by_label("Command").fill("echo from-browser-a")
+    form.get_by_label("Name").fill("created-in-a")
+    form.get_by_label("Delay (s)").fill("600")
+    form.locator("#submit-job").click()
+    expect(b.locator("tr", has_text="created-in-a")).to_be_visible()
+    expect(a.locator("tr", has_text="created-in-a")).to_be_visible()
+    jobs = api(web, "list_jobs", name_prefix="created-in-a")["jobs"]
+    assert len(jobs) == 1 and jobs[0]["task"]["argv"] == ["echo", "from-browser-a"], jobs
+
+
+def test_pause_priority_and_cancel_show_in_the_other_browser(open_page: OpenPage, web: Dashboard) -> None:
+    job_id = waiting_job(web, "acted-on")
+    a, b = open_page("/jobs"), open_page("/jobs")
+    expect(row(b, job_id)).to_be_visible()
+
+    row(a, job_id).locator(".act-pause").click()
+    expect(row(b, job_id).locator(".job-state")).to_have_text("paused")
+
+    row(a, job_id).locator(".act-priority").click()
+    a.get_by_label("New priority (higher runs first)").fill("7")
+    a.locator("#prio-save").click()
+    expect(row(b, job_id).locator(".job-priority")).to_have_text("7")
+
+    row(a, job_id).locator(".act-cancel").click()
+    expect(row(b, job_id).locator(".job-state")).to_have_text("cancelled")
+    assert api(web, "get_job", job_id)["state"] == "cancelled"
+
+
+def test_a_change_made_through_the_api_appears_without_reload(open_page: OpenPage, web: Dashboard) -> None:
+    job_id = waiting_job(web, "api-change")
+    page = open_page("/jobs")
+    expect(row(page, job_id).locator(".job-state")).to_have_text("scheduled")
+    api(web, "job_action", job_id, "pause")
+    expect(row(page, job_id).locator(".job-state")).to_have_text("paused")
+    api(web, "set_priority", job_id, 3)
+    expect(row(page, job_id).locator(".job-priority")).to_have_text("3")
+
+
+def test_a_bulk_action_on_everything_matching_the_filter(open_page: OpenPage, web: Dashboard) -> None:
+    ids = [waiting_job(web, f"bulkgrp-{i}") for i in range(5)]
+    other = waiting_job(web, "not-in-bulk")
+    a, b = open_page("/jobs"), open_page("/jobs")
+    a.get_by_label("Name starts with").fill("bulkgrp")
+    expect(a.locator("#jobs-table tbody tr")).to_have_count(5)
+    a.locator("#bulk-filter-pause").click()
+    for job_id in ids:
+        expect(row(b, job_id).locator(".job-state")).to_have_text("paused")
+    expect(a.get_by_text("pause: 5 of 5 jobs changed")).to_be_visible()
+    assert api(web, "get_job", other)["state"] == "scheduled"
+
+
+def test_overview_charts_render(open_page: OpenPage, web: Dashboard) -> None:
+    api(web, "submit", {"task": {"kind": "shell", "argv": ["true"]}})
+    page = open_page("/")
+    for chart in ("outcomes", "latency", "depth", "success"):
+        expect(page.locator(f"#chart-{chart} svg.main-svg").first).to_be_visible()
+    expect(page.locator("#chart-outcomes .bars path").first).to_be_attached()
+    expect(page.locator("#count-succeeded")).not_to_have_text("0")
+
+
+def test_form_errors_appear_next_to_the_field(open_page: OpenPage) -> None:
+    page = open_page("/jobs")
+    page.get_by_role("button", name="New job").click()
+    page.locator("#submit-job").click()
+    expect(page.locator("#error-command")).to_have_text("a command is needed")
+    form = page.get_by_role("dialog")
+    form.get_by_label("Command").fill("echo x")
+    form.get_by_label("Queue").fill("bad queue!")
+    page.locator("#submit-job").click()
+    expect(page.locator("#error-queue")).to_contain_text("queue")  # the server's message, by the field
+    expect(page.get_by_role("dialog")).to_be_visible()
+
+
+def test_a_refused_action_shows_the_reason_and_changes_nothing(open_page: OpenPage, web: Dashboard) -> None:
+    job_id = waiting_job(web, "refused")
+    page = open_page("/jobs")
+    row(page, job_id).locator(".act-priority").click()
+    api(web, "job_action", job_id, "cancel")  # meanwhile, someone cancels it
+    page.get_by_label("New priority (higher runs first)").fill("9")
+    page.locator("#prio-save").click()
+    expect(page.locator("[data-sonner-toast]", has_text="cancelled")).to_be_visible()
+    job = api(web, "get_job", job_id)
+    assert (job["state"], job["priority"]) == ("cancelled", 0), job
+
+
+def test_pages_render_and_the_job_detail_follows_output(open_page: OpenPage, web: Dashboard) -> None:
+    job_id = int(api(web, "submit", {"task": {"kind": "shell", "argv": ["echo", "detail-output"]}})["id"])
+    page = open_page(f"/jobs/{job_id}")
+    expect(page.locator("#detail-state")).to_have_text("succeeded")
+    expect(page.locator("#job-output")).to_contain_text("detail-output")
+    expect(page.locator("#job-events")).to_contain_text("job.succeeded")
+    for path, marker in (("/queues", "#queue-row-default"), ("/agents", "#agents-table tbody tr"),
+                         ("/schedules", "#schedules-table"), ("/dead", "#dead-table")):  # fmt: skip
+        page.goto(web.url + path)
+        expect(page.locator(marker).first).to_be_visible()
+
+
+def test_the_page_says_when_the_core_is_unreachable_and_recovers(open_page: OpenPage, web: Dashboard) -> None:
+    """Runs last in this file: it stops and restarts the session's core on the same port."""
+    page = open_page("/jobs")
+    expect(page.locator("#core-status")).to_contain_text("live")
+    port = int(web.core.url.rsplit(":", 1)[1])
+    web.core.proc.terminate()
+    web.core.proc.wait(20)
+    expect(page.locator("#core-down")).to_be_visible(timeout=15_000)
+    web.core = start_core(web.core.data_dir, port=port)
+    expect(page.locator("#core-down")).to_have_count(0, timeout=15_000)
+    job_id = waiting_job(web, "after-recovery")
+    expect(row(page, job_id)).to_be_visible()
