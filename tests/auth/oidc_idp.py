@@ -26,7 +26,12 @@ API_AUDIENCE = "jobdeck-api"
 DEFAULT_WEB_REDIRECTS = ("http://127.0.0.1:8640/auth/callback", "http://127.0.0.1:8640/callback")
 
 # name -> (roles, teams); in access tokens and ID tokens as the `roles` and `teams` claims (lists).
-USERS = {"alice": (["admin"], ["ops"]), "olive": (["operator"], ["payments"]), "vic": (["viewer"], ["payments"])}
+USERS = {
+    "alice": (["admin"], ["ops"]),
+    "olive": (["operator"], ["payments"]),
+    "vic": (["viewer"], ["payments"]),
+    "nora": ([], []),  # signed in, allowed nothing
+}
 # client_id -> secret. jobdeck-cli is public (no secret); svc-* use the client-credentials grant.
 CLIENT_SECRETS = {
     "jobdeck-web": "jobdeck-web-secret",
@@ -172,6 +177,7 @@ async def _walk_response(
 def start_idp(
     web_redirect_uris: tuple[str, ...] | list[str] = DEFAULT_WEB_REDIRECTS,
     api_audience: str = API_AUDIENCE,
+    access_token_ttl: int = 300,
     timeout: float = 20.0,
 ) -> RunningIdp:
     """Install if needed, then start the IdP on a free loopback port; wait for its "ready <issuer>" line."""
@@ -181,6 +187,7 @@ def start_idp(
         **os.environ,
         "IDP_WEB_REDIRECT_URIS": ",".join(web_redirect_uris),
         "IDP_API_AUDIENCE": api_audience,
+        "IDP_ACCESS_TOKEN_TTL": str(access_token_ttl),
         "NODE_ENV": "test",
     }
     with open(log, "wb") as out:

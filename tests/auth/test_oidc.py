@@ -316,9 +316,10 @@ async def test_the_login_form_signs_in_without_a_login_hint(idp: RunningIdp) -> 
     verifier, challenge = pkce_pair()
     redirect = f"http://127.0.0.1:{free_port()}/callback"
     url = provider.authorization_url("jobdeck-cli", redirect, "st", challenge, "nn")
-    code = parse_qs(urlsplit(await idp.browser_sign_in(url, redirect, user="vic")).query)["code"][0]
+    code = parse_qs(urlsplit(await idp.browser_sign_in(url, redirect, user="nora")).query)["code"][0]
     tokens = await provider.exchange_code("jobdeck-cli", None, code, redirect, verifier)
-    assert (await provider.verify_id_token(tokens["id_token"], "jobdeck-cli", "nn"))["roles"] == ["viewer"]
+    claims = await provider.verify_id_token(tokens["id_token"], "jobdeck-cli", "nn")
+    assert (claims["sub"], claims["roles"], claims["teams"]) == ("nora", [], [])
 
 
 async def test_a_wrong_code_verifier_or_nonce_is_refused(idp: RunningIdp) -> None:

@@ -6,9 +6,11 @@
 // Environment:
 //   IDP_WEB_REDIRECT_URIS  comma list of jobdeck-web's redirect URIs (default http://127.0.0.1:8640/auth/callback)
 //   IDP_API_AUDIENCE       the `aud` of access tokens (default jobdeck-api)
+//   IDP_ACCESS_TOKEN_TTL   access token lifetime in seconds (default 300)
 //
 // Users (pick one with the authorization request's login_hint, or the login form):
-//   alice: roles [admin], teams [ops]; olive: roles [operator], teams [payments]; vic: roles [viewer], teams [payments]
+//   alice: roles [admin], teams [ops]; olive: roles [operator], teams [payments]; vic: roles [viewer], teams [payments];
+//   nora: no roles, no teams (signed in, allowed nothing)
 // Clients: see CLIENTS below. Test-only endpoints under /test/ (see the handlers at the bottom).
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
@@ -18,6 +20,7 @@ import Provider, { errors } from 'oidc-provider';
 const HOST = '127.0.0.1';
 const PORT = Number(process.argv[2] ?? process.env.IDP_PORT ?? 0);
 const AUDIENCE = process.env.IDP_API_AUDIENCE || 'jobdeck-api';
+const ACCESS_TOKEN_TTL = Number(process.env.IDP_ACCESS_TOKEN_TTL || 300);
 // The resource indicator (an absolute URI, RFC 8707) every access token is for, by default.
 const API_RESOURCE = 'urn:jobdeck:api';
 const WEB_REDIRECTS = (process.env.IDP_WEB_REDIRECT_URIS || 'http://127.0.0.1:8640/auth/callback')
@@ -27,6 +30,7 @@ const USERS = {
   alice: { name: 'Alice Admin', roles: ['admin'], teams: ['ops'] },
   olive: { name: 'Olive Operator', roles: ['operator'], teams: ['payments'] },
   vic: { name: 'Vic Viewer', roles: ['viewer'], teams: ['payments'] },
+  nora: { name: 'Nora Nobody', roles: [], teams: [] },
 };
 
 // Claims of client-credentials tokens, by client id.
@@ -120,7 +124,21 @@ function makeProvider(issuer) {
     features: {
       devInteractions: { enabled: false },
       clientCredentials: { enabled: true },
-      deviceFlow: { enabled: true },
+      deviceFlow: {
+        enabled: true,
+        // Plain pages (the defaults pull a web font); tests/auth/oidc_idp.py walks them with httpx.
+        async userCodeInputSource(ctx, form, out, err) {
+          const problem = err ? `<p class="error">${err.userCode ? 'unknown code' : escape(err.message || err.name)}</p>` : '';
+          ctx.body = page(`<h1>Device sign-in</h1>${problem}${form}<button type="submit" form="op.deviceInputForm">Continue</button>`);
+        },
+        async userCodeConfirmSource(ctx, form, client, deviceInfo, userCode) {
+          ctx.body = page(`<h1>Confirm device</h1><p>${client.clientId} shows <code>${userCode}</code></p>${form}
+            <button type="submit" form="op.deviceConfirmForm">Continue</button>`);
+        },
+        async successSource(ctx) {
+          ctx.body = page('<h1>Sign-in Success</h1><p>You can close this page.</p>');
+        },
+      },
       revocation: { enabled: true },
       rpInitiatedLogout: { enabled: true },
       resourceIndicators: {
@@ -132,7 +150,7 @@ function makeProvider(issuer) {
           return {
             scope: 'api',
             audience: AUDIENCE,
-            accessTokenTTL: 300,
+            accessTokenTTL: ACCESS_TOKEN_TTL,
             accessTokenFormat: 'jwt',
             jwt: { sign: { alg: 'RS256', kid: rsaKeys[0].kid } },
           };
@@ -140,7 +158,7 @@ function makeProvider(issuer) {
       },
     },
     ttl: {
-      AccessToken: 300, AuthorizationCode: 60, ClientCredentials: 300, DeviceCode: 300, IdToken: 300,
+      AccessToken: ACCESS_TOKEN_TTL, AuthorizationCode: 60, ClientCredentials: ACCESS_TOKEN_TTL, DeviceCode: 300, IdToken: 300,
       Grant: 3600, Interaction: 300, RefreshToken: 3600, Session: 3600,
     },
   });
@@ -149,9 +167,17 @@ function makeProvider(issuer) {
 
 // --- the non-interactive sign-in: login_hint (or the one-field form) picks the user; consent is automatic
 
+function escape(text) {
+  return String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+function page(body) {
+  return `<!DOCTYPE html><html><head><meta charset="utf-8"><title>JobDeck test IdP</title></head><body>${body}</body></html>`;
+}
+
 function html(res, status, body) {
   res.writeHead(status, { 'content-type': 'text/html; charset=utf-8' });
-  res.end(`<!DOCTYPE html><html><head><meta charset="utf-8"><title>JobDeck test IdP</title></head><body>${body}</body></html>`);
+  res.end(page(body));
 }
 
 function json(res, status, body) {
