@@ -80,6 +80,8 @@ class OidcProvider:
         leeway: float = LEEWAY_SECONDS,
         jwks_refresh_interval: float = JWKS_REFRESH_INTERVAL,
     ) -> None:
+        if isinstance(algorithms, str):  # as a setting reads from the environment: "RS256,ES256"
+            algorithms = [a.strip() for a in algorithms.split(",") if a.strip()]
         refused = [a for a in algorithms if a.lower() == "none" or a.upper().startswith("HS")]
         if refused:
             raise InvalidInput(

@@ -366,6 +366,12 @@ def test_shared_secret_and_unsigned_algorithms_are_refused_at_construction(algor
     assert caught.value.field == "oidc_algorithms" and "oidc_algorithms" in caught.value.message
 
 
+def test_the_allow_list_may_be_a_comma_list_and_must_be_known() -> None:
+    assert OidcProvider("https://idp.example", "api", algorithms="RS256, ES256").algorithms == ("RS256", "ES256")
+    with pytest.raises(InvalidInput, match="unknown or empty"):
+        OidcProvider("https://idp.example", "api", algorithms=("RS256", "XX999"))
+
+
 def test_pkce_pair_is_s256() -> None:
     verifier, challenge = pkce_pair()
     assert 43 <= len(verifier) <= 128 and set(verifier) <= set(
