@@ -8,8 +8,6 @@ without someone deciding who may call it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,44 +15,8 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute, APIWebSocketRoute
 
-from core.auth.tokens import token_hash
+from tests.auth.principals import TOKENS, Deck, auth_settings
 from tests.conftest import node_settings, start_node, stop_node
-
-TOKENS = {
-    "admin": ("jd_admin_token_for_tests_0000000000000000000", "admin", []),
-    "operator": ("jd_operator_token_for_tests_00000000000000000", "operator", ["payments"]),
-    "viewer": ("jd_viewer_token_for_tests_0000000000000000000", "viewer", ["payments"]),
-    "outsider": ("jd_outsider_token_for_tests_00000000000000000", "operator", ["ml"]),
-    "agent": ("jd_agent_token_for_tests_00000000000000000000", "agent", ["payments"]),
-}
-TEAM_QUEUES = {"payments": ["payments", "payments-*"], "ml": ["ml"]}
-
-
-def auth_settings(tmp_path: Path, **overrides: Any) -> Any:
-    """A node with sign-in by static tokens (the ones above)."""
-    tokens = [{"name": name, "sha256": token_hash(tok), "role": role, "teams": teams}
-              for name, (tok, role, teams) in TOKENS.items()]  # fmt: skip
-    return node_settings(tmp_path, auth="token", tokens=tokens, team_queues=TEAM_QUEUES, **overrides)
-
-
-@dataclass
-class Deck:
-    url: str
-    node: Any
-
-    def http(self, who: str | None) -> httpx.AsyncClient:
-        headers = {"authorization": f"Bearer {TOKENS[who][0]}"} if who else {}
-        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=10)
-
-
-@pytest.fixture
-async def deck(tmp_path: Path) -> AsyncIterator[Deck]:
-    node, url, task = await start_node(auth_settings(tmp_path, rate_limit_per_second=0), local_agent=False)
-    try:
-        yield Deck(url, node)
-    finally:
-        await stop_node(node, task)
-
 
 JOB = {"name": "charge", "queue": "payments", "task": {"kind": "shell", "command": "true"}}
 SCHEDULE = {"name": "nightly", "cron": "0 3 * * *", "job": JOB}

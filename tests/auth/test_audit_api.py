@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 
-from tests.auth.test_access import JOB, TOKENS, Deck
+from tests.auth.principals import TOKENS, Deck
+from tests.auth.test_access import JOB
 from tests.conftest import ROOT
 
 
