@@ -107,6 +107,7 @@ class Authenticator:
         granted = set(_as_list(claim(claims, s.oidc_roles_claim)))
         role = next((r for r in reversed(ROLES) if r in granted), AGENT if AGENT in granted else "")
         teams = tuple(_as_list(claim(claims, s.oidc_teams_claim)))
-        name = str(claims.get("preferred_username") or claims.get("email") or claims.get("client_id")
-                   or claims.get("sub") or "unknown")  # fmt: skip
+        # A person's token names them; a service's (client credentials) has its client id as sub or client_id.
+        name = str(claims.get("preferred_username") or claims.get("email") or claims.get("sub")
+                   or claims.get("client_id") or "unknown")  # fmt: skip
         return Principal(str(claims.get("sub") or name), name, role, teams, queues_of(role, teams, s.team_queues), via)

@@ -189,3 +189,30 @@ async def test_rate_limit_answers_429_with_retry_after(tmp_path: Path) -> None:
             assert (await v.get("/v1/queues")).status_code == 200, "after Retry-After it goes through"
     finally:
         await stop_node(node, task)
+
+
+async def test_an_agent_token_serves_only_its_queues(deck: Deck, tmp_path: Path) -> None:
+    from tests.conftest import spawn_agent, until
+
+    token = TOKENS["agent"][0]
+    greedy = spawn_agent(deck.url, "greedy", tmp_path, "--queues", "*", "--token", token)
+    assert await asyncio.to_thread(greedy.wait, 30) == 1
+    log = (tmp_path / "agent-greedy.log").read_text()
+    assert "may serve only payments, payments-*: list them with --queues" in log, log
+    nameless = spawn_agent(deck.url, "nameless", tmp_path, "--queues", "payments")  # no token at all
+    assert await asyncio.to_thread(nameless.wait, 30) == 1
+    assert "sign-in refused: no credentials" in (tmp_path / "agent-nameless.log").read_text()
+    agent = spawn_agent(deck.url, "payer", tmp_path, "--queues", "payments", "--token", token)
+    try:
+        async with deck.http("operator") as op:
+            job = (await op.post("/v1/jobs", json=JOB)).json()
+
+            async def finished() -> bool:
+                return (await op.get(f"/v1/jobs/{job['id']}")).json()["state"] == "succeeded"
+
+            await until(finished, timeout=20, what="the agent token's agent ran the job")
+        async with deck.http("agent") as as_agent:  # an agent token is no key to the REST API
+            assert (await as_agent.get("/v1/jobs")).status_code == 403
+    finally:
+        agent.terminate()
+        await asyncio.to_thread(agent.wait, 30)
