@@ -88,6 +88,7 @@ def main(
     kill_grace_seconds: float,
     shutdown_grace_seconds: float,
     log_level: str = "info",
+    token: str | None = None,
 ) -> int:
     """Entry point of `jobdeck agent` (called by core.cli)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -110,5 +111,5 @@ def main(
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(run_agent(server, config, shutdown_grace_seconds))
-    return uvloop.run(run_agent(server, config, shutdown_grace_seconds))
+        return asyncio.run(run_agent(server, config, shutdown_grace_seconds, token))
+    return uvloop.run(run_agent(server, config, shutdown_grace_seconds, token))

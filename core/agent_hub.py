@@ -8,6 +8,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.agent_session import AgentSession
@@ -37,11 +38,14 @@ class AgentHub:
         self.remote: dict[str, tuple[dict[str, Any], float]] = {}  # agents of other nodes, when heard
         self.live_output: dict[tuple[int, int], str] = {}  # (job, attempt) -> tail of a running job
 
-    async def attach(self, channel: Channel) -> None:
-        """Serve one agent on `channel` until it disconnects: check its registration, take back
-        the jobs it still runs (stopping any whose lease was lost meanwhile), then serve it."""
+    async def attach(self, channel: Channel, may_serve: Callable[[list[str]], str | None] | None = None) -> None:
+        """Serve one agent on `channel` until it disconnects: check its registration (and, with
+        `may_serve`, that its credentials allow its queues), take back the jobs it still runs
+        (stopping any whose lease was lost meanwhile), then serve it."""
         hello = await channel.recv()
         problem = self._registration_problem(hello)
+        if problem is None and may_serve is not None:
+            problem = may_serve([str(q) for q in hello.get("queues") or ["*"]])
         if problem is None and hello["name"] in self.sessions:
             old = self.sessions[hello["name"]]
             if old.instance == hello.get("instance"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -42,6 +43,26 @@ class Settings:
     max_batch: int = 10_000
     output_tail_bytes: int = 64 * 1024
     log_level: str = "info"
+    # Sign-in (docs/auth.md): "none" (loopback only), "token" (static tokens), "oidc" (+ static tokens)
+    auth: str = "none"
+    tokens: list[dict[str, Any]] = field(default_factory=list)  # [[tokens]]: name, sha256, role, teams, queues
+    team_queues: dict[str, list[str]] = field(default_factory=dict)  # team -> queue patterns it owns
+    oidc_issuer: str = ""
+    oidc_audience: str = "jobdeck-api"
+    oidc_client_id: str = ""  # the web sign-in's client (code + PKCE)
+    oidc_client_secret: str = ""
+    oidc_cli_client_id: str = ""  # the public client `jobdeck login` uses (device grant / loopback)
+    oidc_roles_claim: str = "roles"  # dotted path into the claims, e.g. realm_access.roles
+    oidc_teams_claim: str = "teams"
+    oidc_algorithms: str = "RS256,ES256,PS256,EdDSA"
+    oidc_scopes: str = "openid profile email offline_access"
+    session_secret: str = ""  # signs session cookies; give every node the same one (empty: random per start)
+    session_hours: float = 8.0
+    public_url: str = ""  # how browsers reach this node (default: http://host:port)
+    web_origins: list[str] = field(default_factory=list)  # where /auth/login may send people back to
+    rate_limit_per_second: float = 100.0  # per principal when sign-in is on (0: no limit)
+    rate_limit_burst: int = 200
+    audit_retention_days: float = 365.0
 
     @property
     def sqlite_path(self) -> Path:
@@ -87,6 +108,11 @@ def _coerce(name: str, kind: Any, raw: Any) -> Any:
             return float(raw)
         if kind in (Path, "Path"):
             return Path(str(raw)).expanduser()
+        if str(kind).startswith(("list", "dict")):  # TOML gives them as they are; the environment as JSON
+            value = json.loads(raw) if isinstance(raw, str) else raw
+            if not isinstance(value, list if str(kind).startswith("list") else dict):
+                raise ValueError(raw)
+            return value
         return str(raw)
     except (TypeError, ValueError):
         raise InvalidInput(f"setting {name}={raw!r} is not a valid {kind}", field=name) from None
@@ -117,6 +143,12 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
             f"lease_seconds ({settings.lease_seconds}) must be at least twice heartbeat_seconds "
             f"({settings.heartbeat_seconds}), or healthy agents would lose their jobs",
             field="lease_seconds",
+        )
+    if settings.auth not in ("none", "token", "oidc"):
+        raise InvalidInput(f"auth {settings.auth!r} is not one of none, token, oidc", field="auth")
+    if settings.auth == "oidc" and not settings.oidc_issuer:
+        raise InvalidInput(
+            "auth is oidc but oidc_issuer is empty: set it to your IdP's issuer URL", field="oidc_issuer"
         )
     if not 0 <= settings.port <= 65535:
         raise InvalidInput(f"port {settings.port} is not a TCP port (0-65535)", field="port")

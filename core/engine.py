@@ -47,6 +47,15 @@ FINISHED = frozenset({"job.succeeded", "job.dead", "job.cancelled"})
 CATCH_UP_FILTER = EventFilter(types=frozenset({"queue.*", "job.cancel_requested"}))
 
 
+BULK_DECISIONS: dict[str, Callable[..., Any]] = {
+    "cancel": decide_cancel,
+    "pause": decide_pause,
+    "resume": decide_resume,
+    "retry": decide_retry,
+    "priority": decide_priority,
+}
+
+
 class Engine:
     """One node's scheduler and dispatcher over a Store and a Bus."""
 
@@ -103,9 +112,9 @@ class Engine:
         """Tell the promoter a job may be due sooner than it thought."""
         self._wake_promote.set()
 
-    async def attach_agent(self, channel: Channel) -> None:
+    async def attach_agent(self, channel: Channel, may_serve: Callable[[list[str]], str | None] | None = None) -> None:
         """Serve one agent on `channel` until it disconnects (see AgentHub.attach)."""
-        await self.hub.attach(channel)
+        await self.hub.attach(channel, may_serve)
 
     # ------------------------------------------------------------ jobs
 
@@ -134,6 +143,34 @@ class Engine:
 
     async def change_many(self, job_ids: Sequence[int], decide: Decide) -> dict[int, Job | JobDeckError]:
         return await self.store.change_jobs(dict.fromkeys(job_ids, decide))
+
+    BULK_CHUNK = 5000  # jobs per transaction: a bulk action on 100,000 jobs does not hold the writer for long
+
+    async def bulk(
+        self,
+        action: str,
+        job_ids: Sequence[int],
+        priority: int | None = None,
+        check: Callable[[Job], None] | None = None,
+    ) -> dict[int, Job | JobDeckError]:
+        """cancel, pause, resume, retry or priority on many jobs; each job succeeds or fails alone.
+        `check(job)` may refuse a job (raise) before the action's own decision runs."""
+        base = BULK_DECISIONS[action]
+        decide = self._now_decision(base, priority) if action == "priority" else self._now_decision(base)
+        if check is not None:
+            inner, guard = decide, check
+
+            def decide(job: Job) -> Any:
+                guard(job)
+                return inner(job)
+
+        out: dict[int, Job | JobDeckError] = {}
+        for i in range(0, len(job_ids), self.BULK_CHUNK):
+            out.update(await self.change_many(job_ids[i : i + self.BULK_CHUNK], decide))
+        if action in ("resume", "retry"):
+            self._after_submit(j for j in out.values() if isinstance(j, Job))
+        self._wake_dispatch.set()
+        return out
 
     def _now_decision(self, fn: Callable[..., Any], *args: Any) -> Decide:
         return lambda job: fn(job, *args, self.clock(), self.policy)
@@ -318,6 +355,10 @@ class Engine:
             n = await self.store.prune_events(cutoff)
             if n:
                 log.info("pruned %d events older than %.0f h", n, self.settings.event_retention_hours)
+            days = self.settings.audit_retention_days
+            n = await self.store.prune_audit(self.clock() - days * 86400)
+            if n:
+                log.info("pruned %d audit entries older than %g days", n, days)
             await asyncio.sleep(PRUNE_EVERY)
 
     async def _bus_loop(self) -> None:

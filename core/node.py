@@ -74,6 +74,7 @@ class Node:
         self._hurry: list[Callable[[], None]] = []
 
     async def start(self) -> None:
+        await self.app.state.auth.start()  # reach the IdP first: a wrong issuer stops the node at once
         await self.store.open()
         if isinstance(self.bus, RedisBus):
             await self.bus.start(self.store)

@@ -7,7 +7,9 @@ import contextlib
 import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
+from core.api.access import authenticate, may_take
 from core.engine import Engine
+from core.errors import JobDeckError
 from core.protocol import ChannelClosed, Message
 
 router = APIRouter(tags=["agents"])
@@ -48,4 +50,13 @@ async def agents_ws(ws: WebSocket) -> None:
     """An agent registers with its name, queues, slots and labels, then takes work (see core/protocol.py)."""
     engine: Engine = ws.app.state.engine
     await ws.accept()
-    await engine.attach_agent(WebSocketChannel(ws))
+    channel = WebSocketChannel(ws)
+    try:
+        p = await authenticate(ws)
+    except JobDeckError as exc:  # the agent reads its register answer: it stops and says why
+        with contextlib.suppress(ChannelClosed):
+            await channel.recv()
+            await channel.send({"type": "error", "message": f"sign-in refused: {exc.message}"})
+            await channel.close()
+        return
+    await engine.attach_agent(channel, None if p.via == "none" else lambda queues: may_take(p, queues))

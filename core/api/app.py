@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.schemas import ERRORS
 from core.engine import Engine
-from core.errors import JobDeckError, PayloadTooLarge
+from core.errors import JobDeckError, PayloadTooLarge, RateLimited, Unauthorized
 
 API_VERSION = "0.1.0"
 BATCH_PATH = "/v1/jobs/batch"
@@ -127,11 +127,27 @@ class BodyLimit:
         await error_response(err)(scope, receive, send)
 
 
+def unauthorized_response(err: JobDeckError) -> JSON:
+    """401 with the RFC 6750 challenge; the description is the check that failed (no secrets in it)."""
+    resp = error_response(err)
+    description = err.message.replace('"', "'").replace("\\", "/")
+    challenge = 'Bearer realm="jobdeck"'
+    if not err.message.startswith("no credentials"):
+        challenge += f', error="invalid_token", error_description="{description}"'
+    resp.headers["www-authenticate"] = challenge
+    return resp
+
+
 def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
     """The API of one node over `engine`."""
-    from core.api import agents_ws, events, jobs, queues, schedules, system
+    from fastapi import Depends
 
+    from core.api import access, agents_ws, auth_routes, events, jobs, queues, schedules, system
+    from core.auth.authenticate import Authenticator
+
+    settings = engine.settings
     app = FastAPI(
+        dependencies=[Depends(access.authorize)],
         responses=ERRORS,
         title="JobDeck API",
         version=API_VERSION,
@@ -141,14 +157,24 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.engine = engine
+    app.state.auth = Authenticator(settings)
+    app.state.rate_limits = access.TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst)
 
     @app.exception_handler(JobDeckError)
-    async def _jobdeck_error(_: Request, exc: JobDeckError) -> Response:
-        return error_response(exc)
+    async def _jobdeck_error(request: Request, exc: JobDeckError) -> Response:
+        await access.record_failure(request, exc)
+        if isinstance(exc, Unauthorized):
+            return unauthorized_response(exc)
+        resp = error_response(exc)
+        if isinstance(exc, RateLimited):
+            resp.headers["retry-after"] = str(exc.extra.get("retry_after", 1))
+        return resp
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
-        return error_response(validation_error(exc))
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        err = validation_error(exc)
+        await access.record_failure(request, err)
+        return error_response(err)
 
     from starlette.exceptions import HTTPException
 
@@ -157,8 +183,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSON({"error": code, "message": str(exc.detail), "field": None}, status_code=exc.status_code)
 
-    for module in (jobs, queues, schedules, system, events, agents_ws):
+    for module in (jobs, queues, schedules, system, events, agents_ws, auth_routes):
         app.include_router(module.router)
-    settings = engine.settings
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, batch_limit=16 * settings.max_body_bytes)
     return app

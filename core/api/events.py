@@ -12,12 +12,13 @@ import contextlib
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Query, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Depends, Query, Request, WebSocket, WebSocketDisconnect
 
+from core.api.access import authenticate, principal_of
 from core.api.app import JSON
 from core.api.deps import Route, get_engine
 from core.engine import Engine
-from core.errors import InvalidInput
+from core.errors import Forbidden, InvalidInput, JobDeckError
 from core.store.base import EventFilter
 
 router = APIRouter(tags=["events"], route_class=Route)
@@ -41,6 +42,7 @@ def parse_filter(queues: str | None, job_ids: str | None, types: str | None) -> 
 @router.get("/v1/events", summary="Stored events after `since`, oldest first")
 async def list_events(
     engine: EngineDep,
+    request: Request,
     since: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     queues: str | None = None,
@@ -48,6 +50,9 @@ async def list_events(
     types: str | None = None,
 ) -> JSON:
     events = await engine.store.events_since(since, limit, parse_filter(queues, job_ids, types))
+    p = principal_of(request)
+    if not p.sees_everything:
+        events = [e for e in events if p.sees(e.queue)]
     return JSON(b'{"events":[' + b",".join(e.body for e in events) + b"]}")
 
 
@@ -67,14 +72,17 @@ async def events_ws(ws: WebSocket) -> None:
     await ws.accept()
     q = ws.query_params
     try:
+        p = await authenticate(ws)
+        if not p.may("jobs.read"):
+            raise Forbidden(p.refusal("jobs.read"))
         flt = parse_filter(q.get("queues"), q.get("job_ids"), q.get("types"))
         since = int(q["since"]) if q.get("since") not in (None, "") else None
-    except (InvalidInput, ValueError) as exc:
-        await ws.send_text(
-            _control("stream.error", error="invalid", status=422, message=getattr(exc, "message", str(exc)))
-        )
+    except (JobDeckError, ValueError) as exc:
+        err = exc if isinstance(exc, JobDeckError) else InvalidInput(str(exc))
+        await ws.send_text(_control("stream.error", error=err.code, status=err.status, message=err.message))
         await ws.close(code=1008)
         return
+    sees = None if p.sees_everything else p.sees  # a team's subscriber gets its queues' events (and queue-less ones)
     with engine.bus.subscribe() as sub:
         last = await store.last_seq() if since is None else since
 
@@ -88,7 +96,8 @@ async def events_ws(ws: WebSocket) -> None:
                 page = await store.events_since(last, CATCH_UP_PAGE, flt)
                 stored = [(e.seq, e) for e in page if e.seq is not None and e.seq <= upto]
                 for _, e in stored:
-                    await ws.send_text(e.body.decode())
+                    if sees is None or sees(e.queue):
+                        await ws.send_text(e.body.decode())
                 if len(page) < CATCH_UP_PAGE or not stored:
                     break
                 last = stored[-1][0]
@@ -126,7 +135,7 @@ async def events_ws(ws: WebSocket) -> None:
                         if e.seq <= last:
                             continue
                         last = e.seq
-                    if flt.matches(e.type, e.job_id, e.queue):
+                    if flt.matches(e.type, e.job_id, e.queue) and (sees is None or sees(e.queue)):
                         await ws.send_text(e.body.decode())
         except (WebSocketDisconnect, RuntimeError, ConnectionError):
             pass

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 
+from core.api.access import principal_of, require
 from core.api.app import JSON
 from core.api.deps import Route, get_engine, parse_time
-from core.api.schemas import JobBatch, JobCreate, PriorityChange, specs_of
+from core.api.schemas import BULK_MAX, BulkAction, JobBatch, JobCreate, PriorityChange, specs_of
 from core.engine import Engine
-from core.errors import InvalidInput
+from core.errors import Forbidden, InvalidInput, JobDeckError
 from core.model import ALL_STATES, Job, job_to_dict
 from core.store.base import EventFilter, JobFilter
 
@@ -26,8 +27,9 @@ def view(job: Job, engine: Engine) -> dict[str, Any]:
 
 
 @router.post("/jobs", status_code=201, summary="Submit a job")
-async def create_job(body: JobCreate, engine: EngineDep) -> JSON:
+async def create_job(body: JobCreate, engine: EngineDep, request: Request) -> JSON:
     """Store a job and return it (200 with the existing job if its idempotency key was used before)."""
+    await require(request, "jobs.write", [body.queue])
     job, created = (await engine.submit([body.to_spec()]))[0]
     out = view(job, engine)
     if not created:
@@ -36,8 +38,9 @@ async def create_job(body: JobCreate, engine: EngineDep) -> JSON:
 
 
 @router.post("/jobs/batch", status_code=201, summary="Submit up to 10,000 jobs at once")
-async def create_jobs(body: JobBatch, engine: EngineDep) -> dict[str, Any]:
+async def create_jobs(body: JobBatch, engine: EngineDep, request: Request) -> dict[str, Any]:
     """All are stored in one transaction, or none (a bad job is named by its index)."""
+    await require(request, "jobs.write", (j.queue for j in body.jobs))
     out = await engine.submit(specs_of(body.jobs))
     return {"ids": [j.id for j, _ in out], "created": sum(1 for _, c in out if c)}
 
@@ -45,6 +48,7 @@ async def create_jobs(body: JobBatch, engine: EngineDep) -> dict[str, Any]:
 @router.get("/jobs", summary="List jobs, newest first")
 async def list_jobs(
     engine: EngineDep,
+    request: Request,
     state: Annotated[str | None, Query(description="comma-separated states")] = None,
     queue: str | None = None,
     name_prefix: str | None = None,
@@ -68,9 +72,54 @@ async def list_jobs(
         created_after=parse_time(created_after, "created_after"),
         created_before=parse_time(created_before, "created_before"),
         schedule_id=schedule_id,
+        queue_patterns=visible_queues(request),
     )
     jobs = await engine.store.list_jobs(flt, cursor, limit)
     return {"jobs": [view(j, engine) for j in jobs], "next_cursor": jobs[-1].id if len(jobs) == limit else None}
+
+
+def visible_queues(request: Request) -> tuple[str, ...]:
+    """The queue patterns the caller sees; () when it sees every queue."""
+    p = principal_of(request)
+    return () if p.sees_everything else (p.queues or ("\x00none",))  # no team: a pattern nothing matches
+
+
+def _selection(flt: dict[str, Any], request: Request) -> JobFilter:
+    state = flt.get("state")
+    states = tuple(x for x in (state or "").split(",") if x)
+    bad = [x for x in states if x not in ALL_STATES]
+    if bad:
+        raise InvalidInput(f"filter.state: unknown state {bad[0]!r}; use one of {', '.join(ALL_STATES)}",
+                           field="filter.state")  # fmt: skip
+    return JobFilter(states=states, queue=flt.get("queue"), name_prefix=flt.get("name_prefix"), tag=flt.get("tag"),
+                     queue_patterns=visible_queues(request))  # fmt: skip
+
+
+@router.post("/jobs/bulk", summary="Cancel, pause, resume, retry or re-prioritise many jobs (ids or a filter)")
+async def bulk_action(body: BulkAction, engine: EngineDep, request: Request) -> dict[str, Any]:
+    """Each job is changed or refused alone; `errors` lists the first 100 refusals with the reason."""
+    if body.ids is not None:
+        ids = list(dict.fromkeys(body.ids))
+    else:
+        assert body.filter is not None
+        flt = _selection(body.filter.model_dump(), request)
+        ids, cursor = [], None
+        while len(ids) < BULK_MAX:
+            page = await engine.store.list_jobs(flt, cursor, 1000)
+            ids += [j.id for j in page]
+            if len(page) < 1000:
+                break
+            cursor = page[-1].id
+    p = principal_of(request)
+
+    def check(job: Job) -> None:
+        if not p.may("jobs.write", job.queue):
+            raise Forbidden(p.refusal("jobs.write", job.queue))
+
+    out = await engine.bulk(body.action, ids, body.priority, None if p.sees_everything else check)
+    errors = [{"id": i, "error": r.code, "message": r.message} for i, r in out.items() if isinstance(r, JobDeckError)]
+    return {"action": body.action, "matched": len(ids), "changed": len(ids) - len(errors), "errors": errors[:100],
+            "error_count": len(errors)}  # fmt: skip
 
 
 @router.get("/jobs/{job_id}", summary="Get a job")

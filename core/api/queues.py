@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
+from core.api.access import principal_of
 from core.api.deps import Route, get_engine
 from core.api.schemas import ConcurrencyChange
 from core.engine import Engine
@@ -15,8 +16,9 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
 @router.get("/queues", summary="Queues with depth and running counts")
-async def list_queues(engine: EngineDep) -> dict[str, Any]:
-    return {"queues": await engine.store.list_queues()}
+async def list_queues(engine: EngineDep, request: Request) -> dict[str, Any]:
+    p = principal_of(request)
+    return {"queues": [q for q in await engine.store.list_queues() if p.sees(q["name"])]}
 
 
 @router.post("/queues/{name}/pause", summary="Stop starting jobs from a queue")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
+from core.api.access import principal_of, require
 from core.api.deps import Route, get_engine
-from core.api.schemas import ScheduleCreate, ScheduleFields, ScheduleUpdate, _epoch
+from core.api.schemas import ScheduleCreate, ScheduleFields, ScheduleUpdate, TimingPreview, _epoch
 from core.engine import Engine
 from core.errors import InvalidSchedule
 from core.model import job_to_dict
@@ -38,7 +39,8 @@ def _apply_timing(s: Schedule, body: ScheduleFields, now: float) -> None:
 
 
 @router.post("/schedules", status_code=201, summary="Create a schedule")
-async def create_schedule(body: ScheduleCreate, engine: EngineDep) -> dict[str, Any]:
+async def create_schedule(body: ScheduleCreate, engine: EngineDep, request: Request) -> dict[str, Any]:
+    await require(request, "schedules.write", [body.job.queue])
     now = engine.clock()
     s = Schedule(0, body.name, "once", None, None, None, body.timezone or "UTC", now, body.job.to_spec(),
                  body.paused, None, None, now, now)  # fmt: skip
@@ -47,8 +49,21 @@ async def create_schedule(body: ScheduleCreate, engine: EngineDep) -> dict[str, 
 
 
 @router.get("/schedules", summary="List schedules")
-async def list_schedules(engine: EngineDep) -> dict[str, Any]:
-    return {"schedules": [schedule_to_dict(s) for s in await engine.store.list_schedules()]}
+async def list_schedules(engine: EngineDep, request: Request) -> dict[str, Any]:
+    p = principal_of(request)
+    schedules = await engine.store.list_schedules()
+    return {"schedules": [schedule_to_dict(s) for s in schedules if p.sees(str(s.job.get("queue") or "default"))]}
+
+
+@router.post("/schedules/preview", summary="The next N fire times of a timing not yet saved")
+async def preview_timing(body: TimingPreview, engine: EngineDep) -> dict[str, Any]:
+    """For forms: check a cron expression (or interval, at, delay) and zone as the user types."""
+    now = engine.clock()
+    s = Schedule(0, "preview", "once", None, None, None, body.timezone or "UTC", now, {}, False, None, None, now, now)
+    _apply_timing(s, body, now)
+    if s.kind == "once" and body.at is None and body.delay is None:
+        raise InvalidSchedule("give one of 'cron', 'interval', 'at' or 'delay'", field="cron")
+    return {"timezone": s.timezone, "fire_times": preview(s, now - 1e-6 if s.kind == "once" else now, body.n)}
 
 
 @router.get("/schedules/{schedule_id}", summary="Get a schedule")
@@ -57,7 +72,11 @@ async def get_schedule(schedule_id: int, engine: EngineDep) -> dict[str, Any]:
 
 
 @router.patch("/schedules/{schedule_id}", summary="Change a schedule")
-async def update_schedule(schedule_id: int, body: ScheduleUpdate, engine: EngineDep) -> dict[str, Any]:
+async def update_schedule(
+    schedule_id: int, body: ScheduleUpdate, engine: EngineDep, request: Request
+) -> dict[str, Any]:
+    if body.job is not None:  # moving it to another queue needs that queue too
+        await require(request, "schedules.write", [body.job.queue])
     s = await engine.store.get_schedule(schedule_id)
     _apply_timing(s, body, engine.clock())
     if body.name is not None:

@@ -215,3 +215,38 @@ class ScheduleUpdate(ScheduleFields):
     job: JobTemplate | None = None
     timezone: str | None = None  # type: ignore[assignment]
     paused: bool | None = None
+
+
+class TimingPreview(ScheduleFields):
+    """A timing not yet saved, to see its next `n` fire times (the as-you-type cron preview)."""
+
+    n: int = Field(5, ge=1, le=100)
+
+
+class JobSelection(_Strict):
+    """Which jobs a bulk action takes: the filters of the job list."""
+
+    state: str | None = None
+    queue: str | None = None
+    name_prefix: str | None = None
+    tag: str | None = None
+
+
+BULK_MAX = 100_000
+
+
+class BulkAction(_Strict):
+    """One action on many jobs: the listed `ids`, or every job matching `filter`."""
+
+    action: Literal["cancel", "pause", "resume", "retry", "priority"]
+    ids: list[int] | None = Field(None, min_length=1, max_length=BULK_MAX)
+    filter: JobSelection | None = None
+    priority: int | None = Field(None, ge=PRIORITY_MIN, le=PRIORITY_MAX)
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> BulkAction:
+        if (self.ids is None) == (self.filter is None):
+            raise ValueError("give either 'ids' or 'filter' (a filter {} takes every job)")
+        if (self.action == "priority") != (self.priority is not None):
+            raise ValueError("'priority' goes with the action 'priority', and only with it")
+        return self

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
+from core.api.access import principal_of
 from core.api.deps import Route, get_engine
 from core.engine import Engine
 
@@ -34,5 +35,14 @@ async def drain_agent(name: str, engine: EngineDep) -> dict[str, Any]:
 
 
 @router.get("/v1/stats", summary="Counts by state and queue; finished jobs per second over the last minute")
-async def stats(engine: EngineDep) -> dict[str, Any]:
-    return await engine.store.stats(engine.clock())
+async def stats(engine: EngineDep, request: Request) -> dict[str, Any]:
+    out = await engine.store.stats(engine.clock())
+    p = principal_of(request)
+    if not p.sees_everything:  # counts of the caller's queues only (throughput stays the node's)
+        out["by_queue"] = {q: n for q, n in out["by_queue"].items() if p.sees(q)}
+        by_state: dict[str, int] = {}
+        for states in out["by_queue"].values():
+            for state, n in states.items():
+                by_state[state] = by_state.get(state, 0) + n
+        out["by_state"] = by_state
+    return out

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from core.cli import signin
 from core.cli.nodes import cmd_agent, cmd_migrate, cmd_up, run_async
 from core.cli.remote import (
     add_job_flags,
@@ -69,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="unique agent name (default: host-pid)")
     s.add_argument("--queues", default="*", help="comma-separated queues to serve (default: all)")
     s.add_argument("--slots", type=int, default=32, help="jobs run at once (default 32)")
+    s.add_argument(
+        "--token",
+        default=os.environ.get("JOBDECK_TOKEN", ""),
+        help="agent token, when the server has sign-in on (env JOBDECK_TOKEN)",
+    )
     s.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="a label jobs can require (repeatable)"
     )
@@ -171,6 +177,32 @@ def build_parser() -> argparse.ArgumentParser:
     ags = agents.add_subparsers(dest="agent_action", metavar="ACTION")
     ags.add_parser("ls", help="list agents")
     ags.add_parser("drain", help="give an agent no new work").add_argument("name")
+
+    # sign-in (core/cli/signin.py)
+    s = sub.add_parser("login", help="sign in to --server and cache the token (device code, browser or pasted)")
+    s.add_argument("--method", choices=("auto", "device", "browser", "paste"), default="auto")
+    s.add_argument("--token", help="use this token (from `jobdeck token new` or your IdP) instead of signing in")
+    s.add_argument("--no-browser", action="store_true", dest="no_browser", help="print the sign-in URL only")
+    s.set_defaults(entry=signin.run_login)
+    sub.add_parser("logout", help="forget the cached token for --server").set_defaults(entry=signin.cmd_logout)
+    sub.add_parser("whoami", help="who you are signed in as, your role and queues").set_defaults(run=signin.cmd_whoami)
+    tokens = sub.add_parser("token", help="static API and agent tokens").add_subparsers(
+        dest="token_command", required=True, metavar="ACTION"
+    )
+    s = tokens.add_parser("new", help="make a token: prints it once and the config entry with its hash")
+    s.add_argument("--name", required=True, help="who or what uses it (shown in the audit log)")
+    s.add_argument("--role", required=True, choices=("viewer", "operator", "admin", "agent"))
+    s.add_argument("--teams", help="comma-separated teams (their queues are the token's)")
+    s.add_argument("--queues", help="comma-separated queue patterns (agent tokens: the queues it may serve)")
+    s.set_defaults(entry=signin.cmd_token_new)
+    s = sub.add_parser("audit", help="the audit log, newest first (admins)")
+    s.add_argument("--actor")
+    s.add_argument("--action", help="e.g. cancel_job")
+    s.add_argument("--target", help="e.g. job:42 or queue:payments")
+    s.add_argument("--outcome", choices=("ok", "refused", "failed"))
+    s.add_argument("--since", help="ISO 8601 time")
+    s.add_argument("--limit", type=int, default=50)
+    s.set_defaults(run=signin.cmd_audit)
     _accept_common_flags_anywhere(p)
     return p
 
@@ -199,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from web_ui.launch import main as web_main  # lazy: the core does not need the web UI
 
             return web_main(args)
+        if getattr(args, "entry", None) is not None:  # commands that make their own clients
+            return int(args.entry(args))
         return int(run_async(run_remote(args)))
     except JobDeckError as exc:
         if getattr(args, "json", False):  # scripts get the API's error object, on stderr

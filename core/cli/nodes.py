@@ -148,6 +148,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         heartbeat_seconds=args.heartbeat,
         kill_grace_seconds=args.kill_grace,
         shutdown_grace_seconds=args.shutdown_grace,
+        token=args.token or None,
     )
 
 

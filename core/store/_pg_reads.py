@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from core.errors import NotFound
 from core.model import Job
 from core.store import _pg_sql as sql
-from core.store.base import FINISHED_EVENTS, Event, EventFilter, JobFilter, queue_view, stats_view
+from core.store.base import FINISHED_EVENTS, Event, EventFilter, JobFilter, like_pattern, queue_view, stats_view
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -44,6 +44,8 @@ async def list_jobs(c: Conn, flt: JobFilter, before_id: int | None, limit: int) 
         where.append(f"created_at < {arg(flt.created_before)}")
     if flt.schedule_id is not None:
         where.append(f"schedule_id = {arg(flt.schedule_id)}")
+    if flt.queue_patterns:  # LIKE's default escape is the backslash, as like_pattern writes it
+        where.append(f"queue LIKE ANY({arg([like_pattern(p) for p in flt.queue_patterns])}::text[])")
     if before_id is not None:
         where.append(f"id < {arg(before_id)}")
     filters = f" WHERE {' AND '.join(where)}" if where else ""

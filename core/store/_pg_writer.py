@@ -35,6 +35,7 @@ import orjson
 from core.errors import JobDeckError, Unavailable
 from core.model import iso
 from core.store._pg_sql import COPY_FROM, EVENT_COLUMNS, NEXT_SEQS, WRITE_EVENTS
+from core.store.audit import AuditScope
 from core.store.base import Event
 
 if TYPE_CHECKING:
@@ -115,10 +116,13 @@ class PgTx:
         self.now = now
         self._now_iso = iso(now)
         self._outbox: list[tuple[str, int | None, str | None, dict[str, Any]]] = []
+        self.audit: AuditScope | None = None  # set while an audited operation runs
 
     def emit(self, type_: str, job_id: int | None, queue_: str | None, data: dict[str, Any]) -> None:
         """Add an event to this transaction's outbox; it commits (or rolls back) with the change."""
         self._outbox.append((type_, job_id, queue_, data))
+        if self.audit is not None:
+            self.audit.note_after(type_, job_id, queue_, data)
 
     def mark(self) -> int:
         return len(self._outbox)

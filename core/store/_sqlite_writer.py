@@ -16,6 +16,7 @@ import orjson
 
 from core.errors import JobDeckError, Unavailable
 from core.model import iso, labels_from_text, labels_satisfied
+from core.store.audit import AuditScope
 from core.store.base import Event
 
 log = logging.getLogger("jobdeck.store")
@@ -81,6 +82,7 @@ class Tx:
         self.now = now
         self._now_iso = iso(now)  # every event of one transaction shares its time
         self.events: list[Event] = []
+        self.audit: AuditScope | None = None  # set while an audited operation runs
 
     def new_job_id(self) -> int:
         """A fresh job id (the writer is the only one handing them out)."""
@@ -95,6 +97,8 @@ class Tx:
             {"seq": seq, "ts": self._now_iso, "type": type_, "job_id": job_id, "queue": queue_, "data": data}
         )
         self.events.append(Event(seq, self.now, type_, job_id, queue_, body))
+        if self.audit is not None:
+            self.audit.note_after(type_, job_id, queue_, data)
 
     def mark(self) -> tuple[int, int, int]:
         return (len(self.events), self.next_seq, self.next_job_id)

@@ -12,13 +12,16 @@ import orjson
 from core.errors import JobDeckError, NotFound
 from core.model import Change, Job, iso, job_summary
 from core.schedule import Schedule
+from core.store.audit import AuditFilter, AuditScope
 
 #: A decision about one job, applied inside the store's transaction (see core.model.decide_*).
 Decide = Callable[[Job], Change]
 
 
 class Outbox(Protocol):
-    """A write transaction's event outbox (both stores' Tx have one)."""
+    """A write transaction's event outbox (both stores' Tx have one), and its audit notes."""
+
+    audit: AuditScope | None
 
     def emit(self, type_: str, job_id: int | None, queue_: str | None, data: dict[str, Any]) -> None: ...
 
@@ -48,6 +51,8 @@ class JobChanges(Generic[TxT]):
         return (*key, *values) if self.key_first else (*values, *key)
 
     def apply(self, job: Job, change: Change) -> Job:
+        if self.tx.audit is not None:
+            self.tx.audit.note_before(f"job:{job.id}", job_summary(job))
         for k, v in change.fields.items():
             setattr(job, k, v)
         if change.fields:
@@ -151,6 +156,13 @@ class JobFilter:
     created_after: float | None = None
     created_before: float | None = None
     schedule_id: int | None = None
+    queue_patterns: Sequence[str] = ()  # shell-style ("payments-*"): only jobs of matching queues (what a team sees)
+
+
+def like_pattern(glob: str) -> str:
+    """A shell-style queue pattern (`*`, `?`) as a SQL LIKE pattern (with `\\` as the escape)."""
+    escaped = glob.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%").replace("?", "_")
 
 
 CHATTY_TYPES = frozenset({"job.output", "agent.status", "agent.drain"})
@@ -252,3 +264,8 @@ class Store(Protocol):
 
     # stats
     async def stats(self, now: float) -> dict[str, Any]: ...
+
+    # audit log (core/store/audit.py)
+    async def record_audit(self, row: tuple[Any, ...]) -> None: ...
+    async def list_audit(self, flt: AuditFilter, before_id: int | None, limit: int) -> list[dict[str, Any]]: ...
+    async def prune_audit(self, before: float) -> int: ...

@@ -22,8 +22,10 @@ from core.model import Job, Policy, decide_claim, decide_promote, utcnow
 from core.schedule import Schedule, schedule_to_dict
 from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
+from core.store import audit
 from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
 from core.store._pg_writes import JobChanges, insert_jobs
+from core.store.audit import AuditFilter
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter, apply_decisions, split_by_idempotency
 
 if TYPE_CHECKING:
@@ -35,6 +37,12 @@ POOL_SIZE = 8
 CONNECT_TIMEOUT = 10.0
 READ_RETRY_FOR = 5.0  # seconds a read waits for the database to come back
 LIMITS_FRESH_FOR = 1.0  # seconds a claim trusts the list of limited queues it read
+
+
+INSERT_AUDIT = (
+    f"INSERT INTO audit_log ({', '.join(audit.COLUMNS)}) "
+    f"VALUES ({', '.join(f'${i + 1}' for i in range(len(audit.COLUMNS)))})"
+)
 
 
 class PostgresStore:
@@ -86,7 +94,50 @@ class PostgresStore:
     def _write(self, op: Callable[[PgTx], Awaitable[T]]) -> asyncio.Future[T]:
         if self._writer is None:
             raise Unavailable("the store is not open")
-        return self._writer.run(op)
+        scope = audit.begin()
+        if scope is None:
+            return self._writer.run(op)
+
+        async def audited(tx: PgTx) -> T:  # the audit row commits with the change, or neither does
+            tx.audit = scope
+            try:
+                result = await op(tx)
+            finally:
+                tx.audit = None
+            if scope.changed:  # a write that changed nothing (every decision refused) is not an "ok" entry
+                await tx.conn.execute(INSERT_AUDIT, *scope.row(tx.now))
+            return result
+
+        return self._writer.run(audited)
+
+    # -- the audit log
+
+    async def record_audit(self, row: tuple[Any, ...]) -> None:
+        """Append an entry that rides on no change (a refused or failed call)."""
+
+        async def op(tx: PgTx) -> None:
+            await tx.conn.execute(INSERT_AUDIT, *row)
+
+        with audit.not_acting():
+            await self._write(op)
+
+    async def list_audit(self, flt: AuditFilter, before_id: int | None, limit: int) -> list[dict[str, Any]]:
+        """Audit entries, newest first."""
+        where, args = [], []
+        for col, op_, value in flt.conditions(before_id):
+            args.append(value)
+            where.append(f"{col} {op_} ${len(args)}")
+        sql = (f"SELECT id, {', '.join(audit.COLUMNS)} FROM audit_log"
+               f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY id DESC LIMIT {int(limit)}")  # fmt: skip
+        return [audit.entry_dict(tuple(r)[1:], r[0]) for r in await self._fetch(sql, *args)]
+
+    async def prune_audit(self, before: float) -> int:
+        """Drop entries older than the retention (the only deletion the log allows)."""
+
+        async def op(tx: PgTx) -> int:
+            return int((await tx.conn.execute("DELETE FROM audit_log WHERE at < $1", before)).split()[-1])
+
+        return await self._write(op)
 
     async def _read(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Run a read on a pooled connection. While the database is away (a restart) it is tried
@@ -271,6 +322,8 @@ class PostgresStore:
             if row is None:
                 raise NotFound(f"no queue named {name!r}", field="queue")
             state = {"paused": row[0], "concurrency": row[1]}
+            if tx.audit is not None:
+                tx.audit.note_before(f"queue:{name}", dict(state))
             state.update(changes)
             await c.execute(
                 "UPDATE queues SET paused = $1, concurrency = $2, updated_at = $3 WHERE name = $4",

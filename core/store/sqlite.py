@@ -24,7 +24,9 @@ from core.model import (
     utcnow,
 )
 from core.schedule import Schedule, schedule_to_dict
+from core.store import audit
 from core.store._sqlite_writer import OnCommit, Tx, Writer, connect
+from core.store.audit import AuditFilter
 from core.store.base import (
     FINISHED_EVENTS,
     ClaimRequest,
@@ -56,6 +58,9 @@ SCHEDULE_COLUMNS = (
 )  # fmt: skip
 _SELECT_SCHEDULE = f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules"
 _CHUNK = 500
+
+
+INSERT_AUDIT = f"INSERT INTO audit_log ({', '.join(audit.COLUMNS)}) VALUES ({', '.join('?' * len(audit.COLUMNS))})"
 
 
 def _loads(v: Any) -> Any:
@@ -202,7 +207,41 @@ class SQLiteStore:
         return self._writer.schema_version
 
     def _write(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:
-        return self._writer.run(op)
+        scope = audit.begin()
+        if scope is None:
+            return self._writer.run(op)
+
+        def audited(tx: Tx) -> T:  # the audit row commits with the change, or neither does
+            tx.audit = scope
+            try:
+                result = op(tx)
+            finally:
+                tx.audit = None
+            if scope.changed:  # a write that changed nothing (every decision refused) is not an "ok" entry
+                tx.conn.execute(INSERT_AUDIT, scope.row(tx.now))
+            return result
+
+        return self._writer.run(audited)
+
+    # -- the audit log
+
+    async def record_audit(self, row: tuple[Any, ...]) -> None:
+        """Append an entry that rides on no change (a refused or failed call)."""
+        with audit.not_acting():
+            await self._write(lambda tx: tx.conn.execute(INSERT_AUDIT, row) and None)
+
+    async def list_audit(self, flt: AuditFilter, before_id: int | None, limit: int) -> list[dict[str, Any]]:
+        """Audit entries, newest first."""
+        conds = flt.conditions(before_id)
+        where = " AND ".join(f"{col} {op_} ?" for col, op_, _ in conds)
+        sql = (f"SELECT id, {', '.join(audit.COLUMNS)} FROM audit_log{' WHERE ' + where if where else ''} "
+               f"ORDER BY id DESC LIMIT {int(limit)}")  # fmt: skip
+        args = tuple(v for _, _, v in conds)
+        return await self._read(lambda c: [audit.entry_dict(tuple(r[1:]), r[0]) for r in c.execute(sql, args)])
+
+    async def prune_audit(self, before: float) -> int:
+        """Drop entries older than the retention (the only deletion the log allows)."""
+        return await self._write(lambda tx: tx.conn.execute("DELETE FROM audit_log WHERE at < ?", (before,)).rowcount)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._readers, self._with_reader, fn)
@@ -266,6 +305,9 @@ class SQLiteStore:
         if flt.schedule_id is not None:
             where.append("schedule_id = ?")
             params.append(flt.schedule_id)
+        if flt.queue_patterns:
+            where.append("(" + " OR ".join("queue GLOB ?" for _ in flt.queue_patterns) + ")")
+            params += list(flt.queue_patterns)
         if before_id is not None:
             where.append("id < ?")
             params.append(before_id)
@@ -401,6 +443,8 @@ class SQLiteStore:
             if row is None:
                 raise NotFound(f"no queue named {name!r}", field="queue")
             state = {"paused": bool(row[0]), "concurrency": row[1]}
+            if tx.audit is not None:
+                tx.audit.note_before(f"queue:{name}", dict(state))
             state.update(changes)
             tx.conn.execute(
                 "UPDATE queues SET paused = ?, concurrency = ?, updated_at = ? WHERE name = ?",

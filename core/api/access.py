@@ -1,0 +1,216 @@
+"""Who may call which route: one table, enforced for every HTTP route by one dependency.
+
+A route without a rule is refused (403), so a new route cannot ship open by accident; the
+role x route matrix test reads the same routes. Mutating calls are audited: allowed ones in
+the same transaction as their change (core/store/audit.py), refused and failed ones on their own.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from starlette.requests import HTTPConnection
+
+from core.auth.authenticate import Authenticator
+from core.auth.roles import AGENT, Principal
+from core.auth.sessions import COOKIE
+from core.engine import Engine
+from core.errors import Forbidden, JobDeckError, RateLimited
+from core.schedule import schedule_to_dict
+from core.store import audit
+
+PUBLIC = "public"  # no sign-in needed
+SIGNED_IN = "signed_in"  # any principal, whatever its role
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The action a route needs, and the path parameter naming its target ("job_id", "name", ...)."""
+
+    action: str
+    target: str | None = None
+
+
+RULES: dict[tuple[str, str], Rule] = {
+    ("GET", "/healthz"): Rule(PUBLIC),
+    ("GET", "/auth/config"): Rule(PUBLIC),
+    ("GET", "/auth/login"): Rule(PUBLIC),
+    ("GET", "/auth/callback"): Rule(PUBLIC),
+    ("POST", "/auth/ticket"): Rule(PUBLIC),
+    ("POST", "/auth/logout"): Rule(PUBLIC),
+    ("GET", "/auth/me"): Rule(SIGNED_IN),
+    # jobs (create/batch/bulk check the queues in their bodies themselves: see `require`)
+    ("POST", "/v1/jobs"): Rule("jobs.write"),
+    ("POST", "/v1/jobs/batch"): Rule("jobs.write"),
+    ("POST", "/v1/jobs/bulk"): Rule("jobs.write"),
+    ("GET", "/v1/jobs"): Rule("jobs.read"),
+    ("GET", "/v1/jobs/{job_id}"): Rule("jobs.read", "job_id"),
+    ("GET", "/v1/jobs/{job_id}/output"): Rule("jobs.read", "job_id"),
+    ("GET", "/v1/jobs/{job_id}/attempts"): Rule("jobs.read", "job_id"),
+    ("GET", "/v1/jobs/{job_id}/events"): Rule("jobs.read", "job_id"),
+    ("POST", "/v1/jobs/{job_id}/cancel"): Rule("jobs.write", "job_id"),
+    ("POST", "/v1/jobs/{job_id}/pause"): Rule("jobs.write", "job_id"),
+    ("POST", "/v1/jobs/{job_id}/resume"): Rule("jobs.write", "job_id"),
+    ("POST", "/v1/jobs/{job_id}/retry"): Rule("jobs.write", "job_id"),
+    ("POST", "/v1/jobs/{job_id}/priority"): Rule("jobs.write", "job_id"),
+    # queues
+    ("GET", "/v1/queues"): Rule("jobs.read"),
+    ("POST", "/v1/queues/{name}/pause"): Rule("queues.pause", "name"),
+    ("POST", "/v1/queues/{name}/resume"): Rule("queues.pause", "name"),
+    ("PUT", "/v1/queues/{name}/concurrency"): Rule("queues.configure", "name"),
+    # schedules
+    ("POST", "/v1/schedules"): Rule("schedules.write"),
+    ("POST", "/v1/schedules/preview"): Rule("jobs.read"),
+    ("GET", "/v1/schedules"): Rule("jobs.read"),
+    ("GET", "/v1/schedules/{schedule_id}"): Rule("jobs.read", "schedule_id"),
+    ("PATCH", "/v1/schedules/{schedule_id}"): Rule("schedules.write", "schedule_id"),
+    ("DELETE", "/v1/schedules/{schedule_id}"): Rule("schedules.write", "schedule_id"),
+    ("POST", "/v1/schedules/{schedule_id}/pause"): Rule("schedules.write", "schedule_id"),
+    ("POST", "/v1/schedules/{schedule_id}/resume"): Rule("schedules.write", "schedule_id"),
+    ("POST", "/v1/schedules/{schedule_id}/run"): Rule("schedules.write", "schedule_id"),
+    ("GET", "/v1/schedules/{schedule_id}/preview"): Rule("jobs.read", "schedule_id"),
+    # the node
+    ("GET", "/v1/agents"): Rule("jobs.read"),
+    ("POST", "/v1/agents/{name}/drain"): Rule("agents.drain", "name"),
+    ("GET", "/v1/stats"): Rule("jobs.read"),
+    ("GET", "/v1/events"): Rule("jobs.read"),
+    ("GET", "/v1/audit"): Rule("audit.read"),
+}
+TARGET_KIND = {"job_id": "job", "schedule_id": "schedule", "name": None}
+
+
+class TokenBuckets:
+    """Per-principal rate limits: `rate` requests a second on average, bursts up to `burst`."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = float(max(burst, 1))
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+
+    def take(self, key: str, now: float | None = None) -> float:
+        """0 if the request may go ahead, else the seconds until it could."""
+        if self.rate <= 0:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        tokens, at = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            return (1.0 - tokens) / self.rate
+        self._buckets[key] = (tokens - 1.0, now)
+        if len(self._buckets) > 100_000:  # forget idle principals (their buckets are full again anyway)
+            self._buckets = {k: v for k, v in self._buckets.items() if now - v[1] < self.burst / self.rate}
+        return 0.0
+
+
+def actor_of(p: Principal, conn: HTTPConnection) -> audit.Actor:
+    """The audit log's view of a caller."""
+    ip = conn.client.host if conn.client else None
+    return audit.Actor(p.subject, p.name, p.role, p.via, ip, conn.headers.get("user-agent"))
+
+
+async def _record(engine: Engine, p: Principal, conn: HTTPConnection, action: str, target: str | None,
+                  outcome: str, message: str) -> None:  # fmt: skip
+    entry = audit.AuditScope(actor_of(p, conn), action, target).row(engine.clock(), outcome, message)
+    await engine.store.record_audit(entry)
+
+
+async def authenticate(conn: HTTPConnection) -> Principal:
+    """The caller of an HTTP request or WebSocket (Unauthorized if its credentials fail a check)."""
+    auth: Authenticator = conn.app.state.auth
+    return await auth.principal(conn.headers.get("authorization"), conn.cookies.get(COOKIE))
+
+
+async def authorize(request: HTTPConnection) -> None:
+    """The dependency of every route: sign-in, rate limit, the route's rule, the audit context."""
+    if request.scope["type"] != "http":
+        return  # WebSockets authenticate in their handlers, where they can answer with a message
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    method = request.scope["method"]
+    rule = RULES.get((method, path))
+    if rule is not None and rule.action == PUBLIC:
+        return
+    engine: Engine = request.app.state.engine
+    p = await authenticate(request)
+    request.state.principal = p
+    wait = request.app.state.rate_limits.take(p.subject) if p.via != "none" else 0.0
+    if wait:
+        raise RateLimited(
+            f"too many requests from {p.name}: at most {request.app.state.rate_limits.rate:g} a second "
+            f"(bursts of {request.app.state.rate_limits.burst:g}); try again in {wait:.1f} s",
+            retry_after=math.ceil(wait),
+        )
+    mutating = method not in ("GET", "HEAD")
+    action_name = getattr(route, "name", path)
+    target = None
+    queue = None
+    before: dict[str, Any] = {}
+    if rule is not None and rule.target is not None:
+        raw = str(request.path_params.get(rule.target))
+        kind = TARGET_KIND[rule.target] or ("agent" if "agents" in path else "queue")
+        target = f"{kind}:{raw}"
+        if kind == "job" and not p.sees_everything:
+            queue = (await engine.store.get_job(int(raw))).queue
+        elif kind == "schedule" and (mutating or not p.sees_everything):
+            s = await engine.store.get_schedule(int(raw))
+            queue = str(s.job.get("queue") or "default")
+            before[target] = schedule_to_dict(s)
+        elif kind == "queue":
+            queue = str(raw)
+    if mutating and p.via != "none":  # with no sign-in there is nobody to name: nothing is audited
+        audit.set_acting(actor_of(p, request), action_name, target).before.update(before)
+    if rule is None:
+        await _refuse(request, p, f"{method} {path} has no access rule: refused until one is written")
+    elif rule.action == SIGNED_IN:
+        return
+    elif not p.may(rule.action, queue):
+        await _refuse(request, p, p.refusal(rule.action, queue))
+
+
+async def _refuse(conn: HTTPConnection, p: Principal, message: str) -> None:
+    acting = audit.current()
+    if acting is not None:  # only mutating calls are audited; a refused read is just refused
+        await _record(conn.app.state.engine, p, conn, acting.action, acting.target, "refused", message)
+    raise Forbidden(message)
+
+
+def principal_of(request: Request) -> Principal:
+    """The caller `authorize` found."""
+    p: Principal = request.state.principal
+    return p
+
+
+async def require(request: Request, action: str, queues: Any) -> None:
+    """For routes whose queues are in the body: refuse (and audit) unless every one is the caller's."""
+    p = principal_of(request)
+    for q in dict.fromkeys(queues):
+        if not p.may(action, q):
+            await _refuse(request, p, p.refusal(action, q))
+
+
+async def record_failure(conn: HTTPConnection, err: JobDeckError) -> None:
+    """A mutating call that failed (409, 404, 422 ...) is in the audit log too, with the reason."""
+    acting = audit.current()
+    p = getattr(conn.state, "principal", None)
+    if acting is None or p is None or err.status in (401, 403, 429):
+        return
+    await _record(conn.app.state.engine, p, conn, acting.action, acting.target, "failed", err.message)
+
+
+def may_take(p: Principal, queues: list[str]) -> str | None:
+    """Why an agent principal may not serve `queues` (None if it may)."""
+    if p.role == "admin":
+        return None
+    if p.role != AGENT:
+        return f"{p.name} has the role {p.role}; agents need an agent token (or admin)"
+    for q in queues:
+        if q == "*" and not p.sees_everything:
+            return f"agent token {p.name} may serve only {', '.join(p.queues)}: list them with --queues, not '*'"
+        if q != "*" and not p.sees(q):
+            return f"agent token {p.name} may not serve queue {q!r} (it may serve {', '.join(p.queues)})"
+    return None

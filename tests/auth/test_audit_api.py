@@ -1,0 +1,61 @@
+"""The audit log through the API and the CLI: allowed, refused and failed calls, who and from where."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+from tests.auth.principals import TOKENS, Deck
+from tests.auth.test_access import JOB
+from tests.conftest import ROOT
+
+
+async def test_allowed_refused_and_failed_calls_are_audited(deck: Deck) -> None:
+    async with deck.http("operator") as op, deck.http("viewer") as viewer, deck.http("admin") as admin:
+        job = (await op.post("/v1/jobs", json={**JOB, "delay": 3600}, headers={"user-agent": "ops-script/1"})).json()
+        assert (await viewer.post(f"/v1/jobs/{job['id']}/cancel")).status_code == 403
+        assert (await op.post(f"/v1/jobs/{job['id']}/cancel")).status_code == 200
+        assert (await op.post(f"/v1/jobs/{job['id']}/pause")).status_code == 409  # cancelled: cannot pause
+        assert (await op.get(f"/v1/jobs/{job['id']}")).status_code == 200  # reads are not audited
+        assert (await op.get("/v1/audit")).status_code == 403, "only admins read the audit log"
+        page = (await admin.get("/v1/audit")).json()
+    rows = [(e["actor"], e["action"], e["target"], e["outcome"]) for e in reversed(page["entries"])]
+    assert rows == [
+        ("operator", "create_job", f"job:{job['id']}", "ok"),
+        ("viewer", "cancel_job", f"job:{job['id']}", "refused"),
+        ("operator", "cancel_job", f"job:{job['id']}", "ok"),
+        ("operator", "pause_job", f"job:{job['id']}", "failed"),
+    ]
+    created, refused, cancelled, failed = reversed(page["entries"])
+    assert created["user_agent"] == "ops-script/1" and created["ip"] == "127.0.0.1" and created["role"] == "operator"
+    assert created["before"] is None and created["after"][0]["type"] == "job.created"
+    assert refused["message"] == "viewer has the role viewer; jobs.write needs operator or above"
+    assert cancelled["before"][f"job:{job['id']}"]["state"] == "scheduled"
+    assert cancelled["after"][0]["data"]["job"]["state"] == "cancelled"
+    assert "cancelled" in failed["message"]
+
+
+async def test_the_cli_shows_the_audit_log_to_admins_only(deck: Deck) -> None:
+    async with deck.http("operator") as op:
+        await op.post("/v1/queues/payments/pause")
+
+    async def cli(who: str, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "JOBDECK_TOKEN": TOKENS[who][0], "XDG_CONFIG_HOME": "/nonexistent"}
+        cmd = [sys.executable, "-m", "core.cli", "--server", deck.url, *args]
+        # in a thread: the node under test serves on this test's event loop
+        return await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, env=env, cwd=ROOT,
+                                       timeout=30)  # fmt: skip
+
+    out = await cli("admin", "audit", "--actor", "operator")
+    assert out.returncode == 0, out.stderr
+    assert "pause_queue" in out.stdout and "queue:payments" in out.stdout
+    out = await cli("operator", "audit")
+    assert out.returncode == 1 and out.stderr.strip() == (
+        "error: operator has the role operator; audit.read needs admin or above"
+    ), out.stderr
+    out = await cli("operator", "whoami")
+    assert (
+        out.stdout.strip() == "operator (operator, signed in by token); teams: payments; queues: payments, payments-*"
+    )
