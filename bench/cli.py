@@ -33,6 +33,7 @@ from bench.server import BenchError, ProcessReport, ServerOptions
 from bench.store import DEFAULT_PG_URL, DEFAULT_REDIS_URL, SQLITE, Backend, Floors
 from bench.submit import batch_submit, single_submit
 from bench.throughput import resumed, streamed
+from bench.web import web_lag
 from core.config import masked_url
 from core.errors import JobDeckError
 
@@ -48,6 +49,11 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
     "agent": (
         "one remote agent process: no-op throughput (local agent as baseline), 10,000 sleeping jobs and its RSS",
         (noop_remote, sleepers),
+        False,
+    ),
+    "web": (
+        "the web dashboard in chromium: commit -> DOM lag at 1,000 events/s; pages with 100,000 jobs stored",
+        (web_lag,),
         False,
     ),
 }

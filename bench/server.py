@@ -210,7 +210,7 @@ async def jobdeck_server(
     """
 
     def cmd(data_dir: Path) -> list[str]:
-        local = ["--slots", str(slots)] if command == "up" else []
+        local = ["--slots", str(slots), "--no-web"] if command == "up" else []
         return [sys.executable, "-m", "core.cli", command, "--data-dir", str(data_dir), "--port", "0", *local]
 
     async with _supervised(name, "server", cmd, opts, _wait_ready, env) as (process, report, url):
