@@ -18,6 +18,7 @@ PROJECT = Path(__file__).resolve().parent / "project"
 REFLEX_HOME = PROJECT / ".reflex-home"
 BUN_VERSION = "1.4.4"  # the bun Reflex 0.10 asks for; npm ships it as @oven/bun-linux-x64
 BUN = REFLEX_HOME / "bun" / "bin" / "bun"
+DEFAULT_PORT = 8650  # of `jobdeck web`
 
 
 class SetupError(RuntimeError):
@@ -38,6 +39,11 @@ def reflex_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT.parent.parent), env.get("PYTHONPATH", "")) if p)
     env.pop("REFLEX_REDIS_URL", None)  # one backend worker: the live hub lives in its memory
     return env
+
+
+def web_dir(port: int | None = None) -> Path:
+    """The frontend build folder for a dashboard on `port` (`.web` for the default port)."""
+    return PROJECT / (".web" if port in (None, DEFAULT_PORT) else f".web-{port}")
 
 
 def _bun_package() -> str:

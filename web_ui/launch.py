@@ -16,7 +16,7 @@ import httpx
 
 from web_ui import frontend
 
-DEFAULT_PORT = 8650
+DEFAULT_PORT = frontend.DEFAULT_PORT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +40,9 @@ def spawn(server: str, host: str, port: int, *, log: int | None = None) -> subpr
     frontend.ensure_bun()
     env = frontend.reflex_env()
     env["JOBDECK_WEB_SERVER"] = server
+    # The build bakes the backend's port into the bundle, so each port gets a build folder of its
+    # own (two dashboards on two ports of one checkout must not overwrite each other's build).
+    env["REFLEX_WEB_WORKDIR"] = os.environ.get("JOBDECK_WEB_WORKDIR") or str(frontend.web_dir(port))
     cmd = frontend.reflex_command("run", "--env", "prod", "--single-port", "--frontend-port", str(port),
                                   "--backend-port", str(port), "--backend-host", host, "--loglevel", "warning")  # fmt: skip
     return subprocess.Popen(cmd, cwd=frontend.PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,

@@ -58,17 +58,49 @@ def _status() -> rx.Component:
     )
 
 
+def _sign_in() -> rx.Component:
+    return rx.popover.root(
+        rx.popover.trigger(rx.button("Sign in", size="1", id="sign-in")),
+        rx.popover.content(
+            rx.vstack(
+                rx.cond(
+                    AppState.web_login,
+                    # a plain anchor styled as a button: a full navigation to the core's sign-in
+                    rx.button(
+                        rx.el.a("Sign in with single sign-on", href=AppState.sign_in_url, id="sign-in-sso"),
+                        as_child=True,
+                        width="100%",
+                    ),
+                    rx.fragment(),
+                ),
+                rx.form(
+                    rx.vstack(
+                        rx.el.label("Access token", html_for="signin-token", style={"font_size": "0.85rem"}),
+                        rx.input(type="password", name="token", id="signin-token", width="100%", auto_complete="off"),
+                        rx.button("Sign in with the token", type="submit", variant="soft", width="100%"),
+                        spacing="2",
+                        width="100%",
+                    ),
+                    on_submit=AppState.token_sign_in,
+                    reset_on_submit=True,
+                    width="100%",
+                ),
+                width="18rem",
+                spacing="3",
+            ),
+        ),
+    )
+
+
 def _user() -> rx.Component:
     return rx.cond(
         AppState.signed_out,
-        rx.link(rx.button("Sign in", size="1"), href=AppState.sign_in_url, id="sign-in"),
+        _sign_in(),
         rx.hstack(
             rx.cond(AppState.user_name != "", rx.text(AppState.user_name, size="2", id="user-name"), rx.fragment()),
             rx.badge(AppState.role, variant="outline", id="user-role"),
             rx.cond(
-                AppState.auth_mode == "session",
-                rx.link("Sign out", href="/auth/logout", size="2"),
-                rx.fragment(),
+                AppState.has_session, rx.link("Sign out", href="/auth/logout", size="2", id="sign-out"), rx.fragment()
             ),
             spacing="2",
             align="center",
@@ -122,6 +154,29 @@ def layout(title: str | rx.Var[str], *content: rx.Component) -> rx.Component:
                         id="core-down",
                         role="alert",
                     ),
+                ),
+                rx.cond(
+                    AppState.signin_error != "",
+                    rx.callout(
+                        AppState.signin_error,
+                        icon="circle-x",
+                        color_scheme="red",
+                        id="signin-error",
+                        role="alert",
+                        width="100%",
+                    ),
+                    rx.fragment(),
+                ),
+                rx.cond(
+                    AppState.signed_out,
+                    rx.callout(
+                        "Sign in to see and act on jobs: this core asks who you are.",
+                        icon="lock",
+                        color_scheme="gray",
+                        width="100%",
+                        id="signed-out",
+                    ),
+                    rx.fragment(),
                 ),
                 *content,
                 spacing="4",

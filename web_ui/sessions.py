@@ -7,11 +7,13 @@ import secrets
 import time
 from http.cookies import SimpleCookie
 from typing import Any
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from core.client import JobDeckClient
 from core.errors import JobDeckError
 from web_ui.settings import client_for
 
@@ -44,27 +46,71 @@ def token_from_cookie_header(header: str) -> str | None:
     return session.token
 
 
+def _new_session(token: str, expires_at: float, user: dict[str, Any], secure: bool) -> Response:
+    sid = secrets.token_urlsafe(32)
+    _SESSIONS[sid] = _Session(token, expires_at, user)
+    resp = RedirectResponse("/", status_code=303)
+    max_age = int(expires_at - time.time()) if expires_at else None
+    resp.set_cookie(COOKIE, sid, httponly=True, samesite="lax", max_age=max_age, path="/", secure=secure)
+    return resp
+
+
+async def auth_config(client: JobDeckClient) -> dict[str, Any]:
+    """How the core signs people in (`/auth/config`): `{"auth": "none|token|oidc", "web_login": bool}`."""
+    call = getattr(client, "auth_config", None)
+    if call is not None:
+        return dict(await call())
+    return dict(await client._call("GET", "/auth/config"))  # until core.client has auth_config()
+
+
+async def _exchange(client: JobDeckClient, ticket: str) -> dict[str, Any]:
+    call = getattr(client, "exchange_ticket", None)
+    if call is not None:
+        return dict(await call(ticket))
+    return dict(await client._call("POST", "/auth/ticket", json={"ticket": ticket}))  # until exchange_ticket()
+
+
+_PENDING: dict[str, tuple[str, float]] = {}  # one-time code -> (token, expires at)
+PENDING_SECONDS = 30.0
+
+
+def pending_sign_in(token: str) -> str:
+    """Keep a pasted token for a moment under a one-time code: the page's event hands the code to
+    the browser, whose next request (`/auth/session?code=`) gets the session cookie."""
+    now = time.time()
+    for code in [c for c, (_, exp) in _PENDING.items() if exp < now]:
+        del _PENDING[code]
+    code = secrets.token_urlsafe(24)
+    _PENDING[code] = (token, now + PENDING_SECONDS)
+    return code
+
+
+async def auth_session(request: Request) -> Response:
+    """Sign in with an access token pasted in the sign-in form (a core with token sign-in)."""
+    token, expires = _PENDING.pop(request.query_params.get("code", ""), ("", 0.0))
+    try:
+        if expires < time.time():
+            raise JobDeckError("the sign-in took too long or was used already: try again")
+        if not token:
+            raise JobDeckError("paste an access token")
+        async with JobDeckClient(client_for(None).server, token=token, timeout=10.0) as client:
+            me = await client.me()
+    except JobDeckError as exc:
+        return RedirectResponse("/?signin_error=" + quote(exc.message), status_code=303)
+    return _new_session(token, 0.0, me, request.url.scheme == "https")
+
+
 async def auth_done(request: Request) -> Response:
     """Where the core's sign-in sends the browser back: `?ticket=<one-time ticket>`."""
     ticket = request.query_params.get("ticket", "")
     if not ticket:
         return PlainTextResponse("sign-in failed: no ticket", status_code=400)
-    client = client_for(None)
-    exchange = getattr(client, "exchange_ticket", None)
-    if exchange is None:
-        return PlainTextResponse("this core's client cannot exchange sign-in tickets yet", status_code=501)
     try:
-        got = await exchange(ticket)
+        got = await _exchange(client_for(None), ticket)
     except JobDeckError as exc:
-        return PlainTextResponse(f"sign-in failed: {exc.message}", status_code=401)
-    sid = secrets.token_urlsafe(32)
+        return RedirectResponse("/?signin_error=" + quote(exc.message), status_code=303)
     expires_at = float(got.get("expires_at") or 0)
-    _SESSIONS[sid] = _Session(str(got["token"]), expires_at, dict(got.get("user") or {}))
-    resp = RedirectResponse("/", status_code=303)
-    max_age = int(expires_at - time.time()) if expires_at else None
-    resp.set_cookie(COOKIE, sid, httponly=True, samesite="lax", max_age=max_age, path="/",
-                    secure=request.url.scheme == "https")  # fmt: skip
-    return resp
+    return _new_session(str(got["token"]), expires_at, dict(got.get("user") or {}), request.url.scheme == "https")
 
 
 async def auth_logout(request: Request) -> Response:
@@ -77,4 +123,8 @@ async def auth_logout(request: Request) -> Response:
     return resp
 
 
-ROUTES = [Route("/auth/done", auth_done), Route("/auth/logout", auth_logout)]
+ROUTES = [
+    Route("/auth/done", auth_done),
+    Route("/auth/session", auth_session),
+    Route("/auth/logout", auth_logout),
+]

@@ -42,6 +42,9 @@ class AppState(rx.State):
     allowed: list[str] = list(ACTIONS)
     queue_patterns: list[str] = ["*"]
     signed_out: bool = False
+    web_login: bool = False  # the core offers the browser sign-in (OIDC)
+    has_session: bool = False  # this browser holds a dashboard session cookie
+    signin_error: str = ""
     core_ok: bool = True
     core_error: str = ""
     last_seq: int = 0
@@ -72,6 +75,7 @@ class AppState(rx.State):
             self.core_ok, self.core_error = False, exc.message
         if isinstance(exc, Unauthorized):
             self.signed_out = True
+            return None  # the header's sign-in box says it
         return rx.toast.error(exc.message, duration=6000)
 
     # -- computed vars
@@ -99,6 +103,15 @@ class AppState(rx.State):
 
     # -- events
 
+    def token_sign_in(self, form: dict[str, Any]) -> Any:
+        """The token sign-in form: the token goes to this backend only, never into page state."""
+        token = str(form.get("token") or "").strip()
+        if not token:
+            self.signin_error = "paste an access token"
+            return None
+        code = sessions.pending_sign_in(token)
+        return rx.call_script(f"window.location.assign('/auth/session?code={code}')")
+
     async def load_me(self) -> None:
         """Who is signed in (a core without sign-in answers admin; an older core has no /auth/me)."""
         try:
@@ -108,6 +121,11 @@ class AppState(rx.State):
         except Unauthorized:
             self.signed_out, self.user_name, self.role, self.allowed = True, "", "viewer", []
             self.core_ok, self.core_error = True, ""
+            try:
+                config = await sessions.auth_config(self.client())
+            except JobDeckError:
+                config = {}
+            self.web_login = bool(config.get("web_login"))
             return
         except Unavailable as exc:
             self.core_ok, self.core_error = False, exc.message
@@ -125,6 +143,8 @@ class AppState(rx.State):
 
     async def on_page_load(self) -> Any:
         """Every page's on_load: who am I, then make sure this tab's live loop runs."""
+        self.has_session = self._token() is not None
+        self.signin_error = str(self.router.url.query_parameters.get("signin_error", ""))
         await self.load_me()
         self.live_version = HUB.version
         self.last_seq = HUB.last_seq

@@ -21,6 +21,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 WEB_START_TIMEOUT = 240.0  # the first build of a fresh clone installs the frontend packages
 UI_TIMEOUT = 10_000  # ms: the longest any page waits for something to show
+NAV_TIMEOUT = 30_000  # ms: a page load on a busy two-core CI machine
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; ./dev test installs it)", allow_module_level=True)
@@ -52,7 +53,8 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     cmd = [sys.executable, "-m", "core.cli", "web", "--server", core.url, "--port", str(port)]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+                                env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                     "JOBDECK_WEB_WORKDIR": str(base / "frontend")})  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_up(proc, url, log)
@@ -134,6 +136,7 @@ def open_page(browser: Browser, web: Dashboard, console: Console) -> Iterator[ob
     def open_(path: str = "/", *, dark: bool = False, width: int = 1400) -> Page:
         ctx = browser.new_context(viewport={"width": width, "height": 900}, color_scheme="dark" if dark else "light")
         ctx.set_default_timeout(UI_TIMEOUT)
+        ctx.set_default_navigation_timeout(NAV_TIMEOUT)
         contexts.append(ctx)
         page = console.watch(ctx.new_page())
         page.goto(web.url + path)

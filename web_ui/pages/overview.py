@@ -27,6 +27,7 @@ def _layout(fig: go.Figure, y_title: str) -> go.Figure:
         autosize=True,
         legend={"orientation": "h", "y": -0.25},
         yaxis_title=y_title,
+        yaxis_rangemode="tozero",
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
     )
