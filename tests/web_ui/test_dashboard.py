@@ -142,6 +142,30 @@ def test_pages_render_and_the_job_detail_follows_output(open_page: OpenPage, web
         expect(page.locator(marker).first).to_be_visible()
 
 
+def test_a_schedule_with_the_cron_preview_as_you_type(open_page: OpenPage, web: Dashboard) -> None:
+    page = open_page("/schedules")
+    page.locator("#new-schedule").click()
+    form = page.get_by_role("dialog")
+    form.get_by_label("Name").fill("every-morning")
+    cron = form.get_by_label("Cron (min hour day month weekday)")
+    cron.fill("0 7 * * 1-5")
+    expect(page.locator("#fire-times li")).to_have_count(5)
+    expect(page.locator("#fire-times li").first).to_contain_text("07:00")
+    cron.fill("0 7 * *")  # four fields: the server says why, by the field
+    expect(page.locator("#s-error-cron")).to_be_visible()
+    expect(page.locator("#fire-times li")).to_have_count(0)
+    cron.fill("30 6 * * *")
+    page.locator("#s-timezone").click()
+    page.get_by_role("option", name="Asia/Tokyo").click()
+    expect(page.locator("#fire-times")).to_contain_text("Asia/Tokyo")
+    expect(page.locator("#fire-times li").first).to_contain_text("06:30")
+    form.get_by_label("Command").fill("echo good morning")
+    page.locator("#s-save").click()
+    expect(page.locator("#schedules-table tr", has_text="every-morning")).to_be_visible()
+    saved = [s for s in api(web, "schedules") if s["name"] == "every-morning"]
+    assert saved and (saved[0]["cron"], saved[0]["timezone"]) == ("30 6 * * *", "Asia/Tokyo"), saved
+
+
 def test_the_page_says_when_the_core_is_unreachable_and_recovers(open_page: OpenPage, web: Dashboard) -> None:
     """Runs last in this file: it stops and restarts the session's core on the same port."""
     page = open_page("/jobs")

@@ -182,6 +182,26 @@ def _details() -> rx.Component:
             align="center",
             wrap="wrap",
         ),
+        rx.card(
+            rx.heading("Output", rx.cond(JobDetailState.running, " (live)", ""), size="3", as_="h2"),
+            # column-reverse keeps the view at the newest line, as a tail does, unless you scroll up
+            rx.box(
+                rx.el.pre(
+                    JobDetailState.output, style={"white_space": "pre-wrap", "font_size": "0.8rem", "margin": "0"}
+                ),
+                id="job-output",
+                tab_index=0,
+                aria_label="job output",
+                role="log",
+                style={
+                    "max_height": "20rem",
+                    "overflow": "auto",
+                    "display": "flex",
+                    "flex_direction": "column-reverse",
+                },
+            ),
+            width="100%",
+        ),
         rx.grid(
             rx.card(
                 rx.data_list.root(
@@ -195,26 +215,12 @@ def _details() -> rx.Component:
                     _kv("Note", j["note"]),
                 )
             ),
-            rx.card(rx.heading("Spec", size="3", as_="h2"), rx.code_block(JobDetailState.spec_json, language="json")),
+            rx.card(
+                rx.heading("Spec", size="3", as_="h2"),
+                rx.code_block(JobDetailState.spec_json, language="json", wrap_long_lines=True),
+            ),
             columns=rx.breakpoints(initial="1", md="2"),
             spacing="4",
-            width="100%",
-        ),
-        rx.card(
-            rx.heading("Output", rx.cond(JobDetailState.running, " (live)", ""), size="3", as_="h2"),
-            rx.el.pre(
-                JobDetailState.output,
-                id="job-output",
-                tab_index=0,
-                aria_label="job output",
-                style={
-                    "max_height": "20rem",
-                    "overflow": "auto",
-                    "white_space": "pre-wrap",
-                    "font_size": "0.8rem",
-                    "margin": "0",
-                },
-            ),
             width="100%",
         ),
         rx.card(
