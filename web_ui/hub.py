@@ -10,13 +10,13 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from core.client import JobDeckClient
-from core.errors import JobDeckError
+from core.errors import Forbidden, JobDeckError, NotFound, Unauthorized
 from web_ui.settings import core_server, service_token
 
 log = logging.getLogger("jobdeck.web.hub")
@@ -140,6 +140,7 @@ class Hub:
         """Follow the feed for ever: backfill the charts, then note each live event."""
         while True:
             try:
+                await self._check_access(client)
                 if self.last_seq == 0:  # first start: replay recent events so the charts have a past
                     health = await client.health()
                     since = max(0, int(health.get("last_seq") or 0) - BACKFILL_EVENTS)
@@ -166,6 +167,18 @@ class Hub:
                 self.connected = False
                 await self._bump()
             await asyncio.sleep(1.0)
+
+    async def _check_access(self, client: JobDeckClient) -> None:
+        """Say plainly when the core wants a token the dashboard's backend was not given."""
+        try:
+            await client.me()
+        except NotFound:  # a core without sign-in routes
+            return
+        except (Unauthorized, Forbidden) as exc:
+            raise JobDeckError(
+                f"the dashboard's backend may not follow the core's live feed ({exc.message}); "
+                "start `jobdeck web` with JOBDECK_TOKEN set to a service token"
+            ) from None
 
     async def sample(self, client: JobDeckClient) -> None:
         """Sample counters and queue depths (for the counters and the queue depth chart)."""
@@ -214,11 +227,14 @@ class Hub:
             out.append(round(100.0 * o.get("succeeded", 0) / finished, 1) if finished else None)
         return out
 
-    def depth_series(self, top: int = 5) -> tuple[list[float], dict[str, list[int]]]:
+    def depth_series(
+        self, shown: Callable[[str], bool] = lambda _: True, top: int = 5
+    ) -> tuple[list[float], dict[str, list[int]]]:
         names: dict[str, int] = {}
         for _, depths in self.depths:
             for name, n in depths.items():
-                names[name] = max(names.get(name, 0), n)
+                if shown(name):
+                    names[name] = max(names.get(name, 0), n)
         chosen = sorted(names, key=lambda n: -names[n])[:top]
         times = [t for t, _ in self.depths]
         return times, {n: [d.get(n, 0) for _, d in self.depths] for n in chosen}

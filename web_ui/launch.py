@@ -10,9 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
-
-import httpx
 
 from web_ui import frontend
 
@@ -55,10 +54,11 @@ def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float = 300.0) 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
-        try:
-            if httpx.get(url + "/ping", timeout=1.0).status_code == 200:
-                return True
-        except httpx.TransportError:
+        try:  # urllib, not httpx: httpx logs every poll at INFO into `jobdeck up`'s output
+            with urllib.request.urlopen(url + "/ping", timeout=1.0) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
             pass
         time.sleep(0.2)
     return False

@@ -3,6 +3,7 @@ percentiles, queue depth, success ratio), all from the shared hub."""
 
 from __future__ import annotations
 
+import fnmatch
 import time
 from datetime import datetime
 from typing import Any
@@ -54,8 +55,9 @@ def latency_figure() -> go.Figure:
     return _layout(fig, "pick-up latency (ms)")
 
 
-def depth_figure() -> go.Figure:
-    times, series = HUB.depth_series()
+def depth_figure(patterns: list[str]) -> go.Figure:
+    """Queue depth of the busiest queues among those matching `patterns` (the user's queues)."""
+    times, series = HUB.depth_series(lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns))
     axis = [datetime.fromtimestamp(t) for t in times]
     fig = go.Figure()
     for name, values in series.items():
@@ -93,7 +95,7 @@ class OverviewState(AppState):
 
     def _charts(self) -> None:
         self.fig_outcomes, self.fig_latency = outcomes_figure(), latency_figure()
-        self.fig_depth, self.fig_success = depth_figure(), success_figure()
+        self.fig_depth, self.fig_success = depth_figure(self.queue_patterns), success_figure()
         self.charts_at = time.monotonic()
 
     async def live_refresh(self, changes: list[Change] | None) -> None:

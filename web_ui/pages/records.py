@@ -124,13 +124,13 @@ class AuditState(AppState):
         self.note = ""
         self.entries = [
             {
-                "when": clock(e.get("ts") or e.get("at") or e.get("time")),
-                "actor": str(e.get("actor") or e.get("subject") or ""),
+                "when": clock(e.get("at")),
+                "actor": f"{e.get('actor') or ''} ({e.get('role') or '-'})",
                 "action": str(e.get("action") or ""),
                 "target": str(e.get("target") or ""),
-                "source": str(e.get("source") or e.get("ip") or e.get("from") or ""),
-                "outcome": str(e.get("outcome") or e.get("status") or ""),
-                "detail": json.dumps(e.get("detail") or e.get("data") or {})[:160],
+                "source": " ".join(str(e[k]) for k in ("ip", "via") if e.get(k)),
+                "outcome": str(e.get("outcome") or ""),
+                "detail": str(e.get("message") or json.dumps(e.get("after") or e.get("before") or {}))[:160],
             }
             for e in got.get("entries", [])
         ]
