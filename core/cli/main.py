@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--log-level", dest="log_level")
         s.set_defaults(local=name == "up")
         if name == "up":
-            s.add_argument("--no-web", dest="web", action="store_false", default=None,
+            s.add_argument("--web", dest="web", action="store_true", default=None,
+                           help="start the web dashboard (default: when run in a terminal; env JOBDECK_WEB=1)")  # fmt: skip
+            s.add_argument("--no-web", dest="web", action="store_false",
                            help="do not start the web dashboard (env JOBDECK_WEB=0)")  # fmt: skip
             s.add_argument("--web-port", dest="web_port", type=int, help="port of the web dashboard (default 8650)")
 

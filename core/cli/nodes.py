@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +48,7 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
     if local_agent and settings.local_slots <= 0:
         local_agent = False
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    web_flag = getattr(args, "web", None)
-    want_web = local_agent and (web_flag if web_flag is not None else os.environ.get("JOBDECK_WEB", "1") != "0")
+    want_web = wants_web(args)
 
     async def main() -> None:
         from core.node import Node
@@ -70,6 +70,20 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
 
     run_async(main())
     return 0
+
+
+def wants_web(args: argparse.Namespace) -> bool:
+    """Whether `jobdeck up` starts the web dashboard: --web / --no-web, else JOBDECK_WEB=1/0, else
+    when a person runs it in a terminal (scripts, tests and services ask for it explicitly)."""
+    if getattr(args, "command", "") != "up":
+        return False
+    flag = getattr(args, "web", None)
+    if flag is not None:
+        return bool(flag)
+    env = os.environ.get("JOBDECK_WEB")
+    if env is not None:
+        return env.strip().lower() not in ("0", "false", "no", "off", "")
+    return sys.stdout.isatty()
 
 
 def start_web(api_url: str, host: str, port: int | None) -> Callable[[], Awaitable[None]]:
