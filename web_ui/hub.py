@@ -202,15 +202,18 @@ class Hub:
     # -- chart series
 
     def minute_axis(self) -> list[int]:
+        """The chart buckets (epoch minutes) of the last HISTORY_MINUTES, oldest first."""
         now = int(time.time() // BUCKET_SECONDS)
         return list(range(now - HISTORY_MINUTES + 1, now + 1))
 
     def outcome_series(self) -> dict[str, list[int]]:
+        """Finished jobs per minute, by outcome."""
         axis = self.minute_axis()
         outcomes = ("succeeded", "failed", "dead", "cancelled")
         return {o: [self.minutes.get(m, Minute()).outcomes.get(o, 0) for m in axis] for o in outcomes}
 
     def latency_series(self) -> dict[str, list[float | None]]:
+        """Pick-up latency percentiles per minute, in ms (None: no pick-ups that minute)."""
         axis = self.minute_axis()
         out: dict[str, list[float | None]] = {"p50": [], "p95": [], "p99": []}
         for m in axis:
@@ -220,6 +223,7 @@ class Hub:
         return out
 
     def success_series(self) -> list[float | None]:
+        """Succeeded / (succeeded + failed + dead) per minute, in percent."""
         out: list[float | None] = []
         for m in self.minute_axis():
             o = self.minutes.get(m, Minute()).outcomes

@@ -19,6 +19,7 @@ DEFAULT_PORT = frontend.DEFAULT_PORT
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of `python -m web_ui.launch` (the `jobdeck web` flags)."""
     p = argparse.ArgumentParser(prog="jobdeck web", description="Serve the JobDeck web dashboard.")
     add_arguments(p)
     return p

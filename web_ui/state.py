@@ -215,12 +215,15 @@ def set_editable(state: Any, name: str, value: str) -> None:
         setattr(state, name, value)
 
 
-def page_state(route: str, editable: tuple[str, ...] = ()) -> Any:
-    """Class decorator: the live loop calls `live_refresh(changes)` of the state while `route` is
-    shown; `editable` names the text fields `set_field` may set."""
+def page_state(route: str | None, editable: tuple[str, ...] = ()) -> Any:
+    """Class decorator of a page's state. Every page state has `load()` (its page's on_load, after
+    AppState.on_page_load), `fetch()` (read what the page shows from the core) and
+    `live_refresh(changes)`, which the live loop calls while `route` is shown; `editable` names the
+    text fields its `set_field(name, value)` may set."""
 
     def register(cls: Any) -> Any:
-        _PAGE_STATES[route] = cls
+        if route is not None:
+            _PAGE_STATES[route] = cls
         _EDITABLE[cls] = editable
         return cls
 

@@ -166,6 +166,18 @@ def test_a_schedule_with_the_cron_preview_as_you_type(open_page: OpenPage, web: 
     assert saved and (saved[0]["cron"], saved[0]["timezone"]) == ("30 6 * * *", "Asia/Tokyo"), saved
 
 
+def test_a_dead_job_is_replayed_from_the_dead_letters(open_page: OpenPage, web: Dashboard) -> None:
+    spec = {"name": "doomed", "max_attempts": 1, "task": {"kind": "shell", "argv": ["false"]}}
+    job_id = int(api(web, "submit", spec)["id"])
+    api(web, "wait_for", job_id, ("dead",), 20)
+    page = open_page("/dead")
+    page.get_by_role("button", name=f"Replay job {job_id}").click()
+    expect(page.locator("[data-sonner-toast]", has_text=f"job {job_id} replayed")).to_be_visible()
+    assert api(web, "get_job", job_id)["attempt"] >= 1
+    events = [e["type"] for e in api(web, "job_events", job_id)]
+    assert events.count("job.dead") >= 1 and any(t in events for t in ("job.queued", "job.running")), events
+
+
 def test_the_page_says_when_the_core_is_unreachable_and_recovers(open_page: OpenPage, web: Dashboard) -> None:
     """Runs last in this file: it stops and restarts the session's core on the same port."""
     page = open_page("/jobs")

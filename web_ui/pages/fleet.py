@@ -198,6 +198,7 @@ def _limit_dialog() -> rx.Component:
 
 
 def queues_page() -> rx.Component:
+    """The Queues page."""
     heads = ("Queue", "Status", "Queued", "Running", "Scheduled", "Succeeded", "Dead", "Concurrency", "Actions")
     return layout(
         "Queues",
@@ -244,6 +245,7 @@ def _agent_row(a: Any) -> rx.Component:
 
 
 def agents_page() -> rx.Component:
+    """The Agents page."""
     heads = ("Agent", "Host:pid", "Queues", "Labels", "Slots used", "Heartbeat", "Connected", "Status", "Actions")
     return layout(
         "Agents",

@@ -274,6 +274,7 @@ def _details() -> rx.Component:
 
 
 def job_detail_page() -> rx.Component:
+    """The Job detail page (`/jobs/ID`)."""
     return layout(
         "Job " + JobDetailState.job_id.to_string(),
         rx.link("← all jobs", href="/jobs", size="2"),

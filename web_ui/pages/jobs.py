@@ -3,16 +3,16 @@ and a form to submit a job."""
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import reflex as rx
 
-from core.errors import InvalidInput, JobDeckError
+from core.errors import JobDeckError
 from web_ui.bulk import bulk
 from web_ui.format import STATES, job_row
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
+from web_ui.pages.job_submit import submit_dialog
 from web_ui.state import AppState, page_state, set_editable
 
 PAGE_SIZE = 50
@@ -21,7 +21,7 @@ BULK_ACTIONS = ("pause", "resume", "cancel", "retry")
 
 @page_state(
     "/jobs",
-    editable=("new_command", "new_queue", "new_name", "new_priority", "new_delay", "prio_value", "bulk_priority"),
+    editable=("prio_value", "bulk_priority"),
 )
 class JobsState(AppState):
     """The Jobs page."""
@@ -39,14 +39,6 @@ class JobsState(AppState):
     next_cursor: int = 0
     selected: list[str] = []
     bulk_priority: str = ""
-    # the submit form
-    form_open: bool = False
-    new_command: str = ""
-    new_queue: str = "default"
-    new_name: str = ""
-    new_priority: str = "0"
-    new_delay: str = ""
-    form_errors: dict[str, str] = {}
     # the priority dialog
     prio_job: str = ""
     prio_value: str = ""
@@ -164,138 +156,12 @@ class JobsState(AppState):
             return rx.toast.warning(f"{note}; {len(errors)} refused: {errors[0].get('message', '')}", duration=6000)
         return rx.toast.success(note, duration=3000)
 
-    # -- submit
-
-    def set_form_open(self, value: bool) -> None:
-        self.form_open = value
-        self.form_errors = {}
-
-    async def submit(self) -> Any:
-        errors: dict[str, str] = {}
-        spec: dict[str, Any] = {"queue": self.new_queue.strip() or "default"}
-        try:
-            argv = shlex.split(self.new_command)
-        except ValueError as exc:
-            argv, errors["command"] = [], f"cannot split the command: {exc}"
-        if not argv and "command" not in errors:
-            errors["command"] = "a command is needed"
-        spec["task"] = {"kind": "shell", "argv": argv}
-        if self.new_name.strip():
-            spec["name"] = self.new_name.strip()
-        try:
-            spec["priority"] = int(self.new_priority or 0)
-        except ValueError:
-            errors["priority"] = "a whole number"
-        if self.new_delay.strip():
-            try:
-                spec["delay"] = float(self.new_delay)
-            except ValueError:
-                errors["delay"] = "seconds, e.g. 30"
-        if errors:
-            self.form_errors = errors
-            return None
-        try:
-            job = await self.client().submit(spec)
-        except InvalidInput as exc:
-            field = (exc.field or "command").split(".")[-1]
-            field = {"argv": "command", "task": "command", "queue": "queue", "name": "name"}.get(field, field)
-            self.form_errors = {field if field in ("command", "queue", "name", "priority", "delay") else "command":
-                                exc.message}  # fmt: skip
-            return None
-        except JobDeckError as exc:
-            return self.failed(exc)
-        self.form_open, self.form_errors, self.new_command, self.new_name = False, {}, "", ""
-        await self.load()
-        return rx.toast.success(f"job {job['id']} submitted", duration=2000)
-
 
 # -- components
 
 
-def _field(label: str, name: str, value: Any, on_change: Any, **props: Any) -> rx.Component:
-    field_id = f"new-{name}"
-    return rx.vstack(
-        rx.el.label(label, html_for=field_id, style={"font_size": "0.85rem", "font_weight": "500"}),
-        rx.input(value=value, on_change=on_change, id=field_id, name=name, width="100%", **props),
-        rx.cond(
-            JobsState.form_errors.contains(name),
-            rx.text(JobsState.form_errors[name], color_scheme="red", size="1", id=f"error-{name}", role="alert"),
-            rx.fragment(),
-        ),
-        spacing="1",
-        width="100%",
-    )
-
-
-def submit_dialog() -> rx.Component:
-    return rx.dialog.root(
-        rx.dialog.trigger(
-            rx.button(
-                rx.icon("plus", size=16),
-                "New job",
-                id="new-job",
-                disabled=~AppState.can_write_jobs,
-                title=AppState.write_reason,
-            ),
-        ),
-        rx.dialog.content(
-            rx.dialog.title("Submit a job"),
-            rx.dialog.description("A shell command, split like a shell would (no shell runs it).", size="2"),
-            rx.form(
-                rx.vstack(
-                    _field(
-                        "Command",
-                        "command",
-                        JobsState.new_command,
-                        lambda v: JobsState.set_field("new_command", v),
-                        placeholder="echo hello",
-                        auto_focus=True,
-                    ),
-                    rx.hstack(
-                        _field("Queue", "queue", JobsState.new_queue, lambda v: JobsState.set_field("new_queue", v)),
-                        _field(
-                            "Name",
-                            "name",
-                            JobsState.new_name,
-                            lambda v: JobsState.set_field("new_name", v),
-                            placeholder="optional",
-                        ),
-                        width="100%",
-                    ),
-                    rx.hstack(
-                        _field(
-                            "Priority",
-                            "priority",
-                            JobsState.new_priority,
-                            lambda v: JobsState.set_field("new_priority", v),
-                        ),
-                        _field(
-                            "Delay (s)",
-                            "delay",
-                            JobsState.new_delay,
-                            lambda v: JobsState.set_field("new_delay", v),
-                            placeholder="run now",
-                        ),
-                        width="100%",
-                    ),
-                    rx.hstack(
-                        rx.dialog.close(rx.button("Cancel", variant="soft", color_scheme="gray", type="button")),
-                        rx.button("Submit", type="submit", id="submit-job"),
-                        justify="end",
-                        width="100%",
-                    ),
-                    spacing="3",
-                ),
-                on_submit=lambda _: JobsState.submit(),
-                reset_on_submit=False,
-            ),
-        ),
-        open=JobsState.form_open,
-        on_open_change=JobsState.set_form_open,
-    )
-
-
 def priority_dialog() -> rx.Component:
+    """The dialog that sets one job's priority."""
     return rx.dialog.root(
         rx.dialog.content(
             rx.dialog.title("Priority of job ", JobsState.prio_job),
@@ -482,6 +348,7 @@ def _bulk_bar() -> rx.Component:
 
 
 def jobs_page() -> rx.Component:
+    """The Jobs page."""
     return layout(
         "Jobs",
         rx.hstack(_filters(), rx.spacer(), submit_dialog(), align="end", width="100%"),

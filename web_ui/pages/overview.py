@@ -40,6 +40,7 @@ def _axis() -> list[datetime]:
 
 
 def outcomes_figure() -> go.Figure:
+    """Jobs per minute by outcome, stacked bars."""
     axis = _axis()
     fig = go.Figure()
     for outcome, values in HUB.outcome_series().items():
@@ -48,6 +49,7 @@ def outcomes_figure() -> go.Figure:
 
 
 def latency_figure() -> go.Figure:
+    """Pick-up latency p50 / p95 / p99 per minute."""
     axis = _axis()
     fig = go.Figure()
     for key, values in HUB.latency_series().items():
@@ -68,6 +70,7 @@ def depth_figure(patterns: list[str]) -> go.Figure:
 
 
 def success_figure() -> go.Figure:
+    """The success ratio per minute."""
     fig = go.Figure(go.Scatter(x=_axis(), y=HUB.success_series(), name="success %", mode="lines+markers",
                                line={"color": OUTCOME_COLORS["succeeded"]}))  # fmt: skip
     fig.update_yaxes(range=[0, 105])
@@ -137,6 +140,7 @@ def _chart(title: str, fig: Any, chart_id: str) -> rx.Component:
 
 
 def overview_page() -> rx.Component:
+    """The Overview page."""
     return layout(
         "Overview",
         rx.hstack(

@@ -171,6 +171,8 @@ def _pager(state: Any) -> rx.Component:
 
 
 def dead_page() -> rx.Component:
+    """The Dead letters page."""
+
     def row(j: Any) -> rx.Component:
         return rx.table.row(
             rx.table.cell(rx.link(j["id"], href="/jobs/" + j["id"])),
@@ -234,6 +236,7 @@ def dead_page() -> rx.Component:
 
 
 def audit_page() -> rx.Component:
+    """The Audit log page."""
     keys = ("when", "actor", "action", "target", "source", "outcome", "detail")
     return layout(
         "Audit log",

@@ -299,6 +299,7 @@ def _row(s: Any) -> rx.Component:
 
 
 def schedules_page() -> rx.Component:
+    """The Schedules page."""
     heads = ("ID", "Name", "Timing", "Zone", "Task", "Queue", "Next fire", "Fired", "Actions")
     return layout(
         "Schedules",
