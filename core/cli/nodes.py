@@ -57,7 +57,9 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
 
         def ready(url: str) -> None:
             agents = f", local agent with {settings.local_slots} slots" if local_agent else ", no local agents"
-            print(f"JobDeck is up: API {url}  (store {settings.store_label}{agents})", flush=True)
+            sign_in = {"none": "no sign-in (loopback only)", "token": "sign-in by token",
+                       "oidc": f"sign-in by {settings.oidc_issuer}"}[settings.auth]  # fmt: skip
+            print(f"JobDeck is up: API {url}  (store {settings.store_label}{agents}; {sign_in})", flush=True)
             hint = "" if url == DEFAULT_SERVER else f"   (another port: export JOBDECK_SERVER={url})"
             print(f"  try: jobdeck submit -- echo hello{hint}   |   API docs: {url}/docs", flush=True)
 
