@@ -43,6 +43,14 @@ class ConsoleMixin:
         # None: the binding shows, greyed out; the help screen and palette say why.
         return None if self.refusal(action) else True
 
+    def refresh_refusals(self) -> None:
+        """Refresh the footer when what the user may do here changed (the cursor moved to a row of
+        another queue): redrawing the footer on every cursor move would cost more than the table."""
+        refusals = tuple(self.refusal(a) for a in BY_NAME)
+        if refusals != getattr(self, "_refusals", None):
+            self._refusals = refusals
+            self.refresh_bindings()  # type: ignore[attr-defined]
+
     async def call(self, call: Awaitable[T], done: str | None = None) -> T | None:
         """Run one API call; a refusal (403, 409, ...) is a notification and changes nothing."""
         try:

@@ -101,7 +101,7 @@ class JobDetailScreen(ConsoleMixin, Screen[None]):
                 if isinstance(job, dict):
                     self.job.update(job)
                     self._show_job()
-                    self.refresh_bindings()
+                    self.refresh_refusals()
                 if e.get("type") in ("job.started", "job.succeeded", "job.failed", "job.dead", "job.cancelled"):
                     self.attempts_stale = True
                 log.write(event_line(e, self.console.fmt.clock_time(epoch(e.get("ts"))), compact=True))

@@ -85,7 +85,7 @@ class TableView(View):
                 table.add_row(*cells, key=key)
         self.items = new
         self.query_one("#bar", Static).update(self.bar())
-        self.refresh_bindings()
+        self.refresh_refusals()
 
     def current(self) -> Json | None:
         table = self.table
@@ -99,7 +99,7 @@ class TableView(View):
 
     @on(DataTable.RowHighlighted)
     def _moved(self, event: DataTable.RowHighlighted) -> None:
-        self.refresh_bindings()
+        self.refresh_refusals()
 
     def wants(self, event: Json) -> bool:
         """Whether an event makes this view stale."""

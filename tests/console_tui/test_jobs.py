@@ -22,10 +22,7 @@ def jobs_view(app: Any) -> JobsView:
 
 
 def cell(view: JobsView, job_id: int, column: str) -> str:
-    if job_id not in view.rows:
-        return ""
-    value = view.table.get_cell(str(job_id), column)
-    return str(getattr(value, "plain", value))
+    return view.cell_text(job_id, column)
 
 
 async def focus_job(view: JobsView, job_id: int) -> None:
