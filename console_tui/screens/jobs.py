@@ -20,36 +20,11 @@ from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
 from core.errors import JobDeckError
 
 PAGE_SIZE = 100  # rows held: two screens; more pages with ] and [
-REBUILD_OVER = 24  # rows added + removed in one batch above which the table is rebuilt, not edited
 COLUMNS = (("sel", " ", 1), ("id", "ID", 7), ("name", "NAME", 26), ("queue", "QUEUE", 12), ("state", "STATE", 11),
            ("priority", "PRI", 5), ("attempts", "TRIES", 6), ("age", "AGE", 7), ("agent", "AGENT", 18))  # fmt: skip
 SORTS = ("id", "priority", "state", "age", "queue", "name")
 STATE_ORDER = {s: i for i, s in enumerate(("running", "queued", "failed", "scheduled", "paused", "blocked",
                                            "dead", "cancelled", "succeeded"))}  # fmt: skip
-
-
-LINE = "line"
-GAP = 1
-LINE_WIDTH = sum(w for _, _, w in COLUMNS) + GAP * (len(COLUMNS) - 1)
-OFFSETS = {key: sum(w + GAP for _, _, w in COLUMNS[:i]) for i, (key, _, _) in enumerate(COLUMNS)}
-
-
-def _line(cells: list[Text]) -> Text:
-    """The fields of a row as one line, each in its column's width."""
-    out = Text(no_wrap=True, overflow="crop")
-    for (_, _, width), cell in zip(COLUMNS, cells, strict=True):
-        cell = cell.copy()
-        cell.truncate(width, overflow="ellipsis", pad=False)
-        pad = width - cell.cell_len
-        if cell.justify == "right":
-            out.append(" " * pad)
-            out.append_text(cell)
-        else:
-            out.append_text(cell)
-            out.append(" " * pad)
-        out.append(" " * GAP)
-    out.right_crop(GAP)
-    return out
 
 
 def _clip(text: str | None, width: int) -> str:
@@ -88,9 +63,8 @@ class JobsView(View):
     def compose(self) -> ComposeResult:
         yield Static("", id="bar")
         table: DataTable[Any] = DataTable(id="table", cursor_type="row", zebra_stripes=True)
-        # One DataTable column holding the whole formatted line: DataTable re-renders every visible
-        # cell after any change, so one cell per row costs a ninth of one cell per field.
-        table.add_column(_line([Text(label, style="bold") for _, label, _ in COLUMNS]), key=LINE, width=LINE_WIDTH)
+        for key, label, width in COLUMNS:
+            table.add_column(label, key=key, width=width)
         yield table
         yield Input(
             placeholder="filter: state:queued,failed  queue:NAME  tag:TAG  name-prefix   (enter / esc)", id="filter"
@@ -109,18 +83,17 @@ class JobsView(View):
     # -- data
 
     def _cells(self, job: Json) -> list[Any]:
-        # Text, not str: a str cell is parsed as markup on every render.
         d = self.console.fmt
         return [
-            Text("●", style="bold magenta") if job["id"] in self.selected else Text(" "),
-            Text(str(job["id"]), justify="right"),
-            Text(_clip(job.get("name"), 26)),
-            Text(_clip(job.get("queue"), 12)),
+            Text("●", style="bold magenta") if job["id"] in self.selected else " ",
+            job["id"],
+            _clip(job.get("name"), 26),
+            _clip(job.get("queue"), 12),
             state_text(job["state"], bool(job.get("cancel_requested"))),
             Text(str(job.get("priority", 0)), justify="right"),
-            Text(f"{job.get('attempt', 0)}/{job.get('max_attempts', 0)}"),
-            Text(d.age(job.get("_created"))),
-            Text(_clip(job.get("agent"), 18)),
+            f"{job.get('attempt', 0)}/{job.get('max_attempts', 0)}",
+            d.age(job.get("_created")),
+            _clip(job.get("agent"), 18),
         ]
 
     async def reload(self) -> None:
@@ -147,7 +120,7 @@ class JobsView(View):
         table.clear()
         now = time.monotonic()
         for job_id, job in rows.items():
-            table.add_row(_line(self._cells(job)), key=str(job_id))
+            table.add_row(*self._cells(job), key=str(job_id))
             self.shown_at.setdefault(job_id, now)
         self._sort()
         self._restore_cursor(keep, offset)
@@ -174,13 +147,8 @@ class JobsView(View):
         if int(table.scroll_y) != target:
             table.scroll_to(y=target, animate=False, immediate=True)
 
-    def _row_sort_value(self, cells: tuple[Text, ...]) -> Any:
-        return self._sort_value(int(cells[0].plain[OFFSETS["id"] : OFFSETS["id"] + 7]))
-
     def _sort_value(self, job_id: int) -> Any:
-        return self._sort_value_of(self.rows[job_id], job_id)
-
-    def _sort_value_of(self, job: Json, job_id: int) -> Any:
+        job = self.rows[job_id]
         if self.sort_by == "id":
             return job_id
         if self.sort_by == "priority":
@@ -192,7 +160,7 @@ class JobsView(View):
         return (str(job.get(self.sort_by) or ""), job_id)
 
     def _sort(self) -> None:
-        self.table.sort(key=self._row_sort_value, reverse=self.sort_reverse)
+        self.table.sort("id", key=self._sort_value, reverse=self.sort_reverse)
 
     def _update_bar(self) -> None:
         flt = self.effective_query().text() or "none"
@@ -227,67 +195,65 @@ class JobsView(View):
         query = self.effective_query()
         keep = self._cursor_key()
         offset = table.cursor_row - int(table.scroll_y)
-        first_page = len(self.cursors) == 1
-        adds: dict[int, Json] = {}
-        drops: set[int] = set()
+        added = removed = False
         unsure = False
+        first_page = len(self.cursors) == 1
+        now = time.monotonic()
         for job_id, summary in latest.items():
             row = self.rows.get(job_id)
             match = query.matches(summary)
             if row is not None:
-                if match is False and job_id != keep and job_id not in self.selected:
-                    drops.add(job_id)  # it no longer matches the filter
-                    continue
                 before = self._cells(row)
                 row.update(summary)
+                if match is False and job_id != keep and job_id not in self.selected:
+                    table.remove_row(str(job_id))
+                    del self.rows[job_id]
+                    removed = True
+                    continue
                 after = self._cells(row)
-                if after != before:
-                    table.update_cell(str(job_id), LINE, _line(after))
+                for (key, _, _), old, new in zip(COLUMNS, before, after, strict=True):
+                    if old != new:
+                        table.update_cell(str(job_id), key, new)
             elif job_id in created and first_page:
                 if match is None:
                     unsure = True
                 elif match:
-                    adds[job_id] = dict(summary, _created=created[job_id])
-        if adds or drops:
-            rows = {k: v for k, v in self.rows.items() if k not in drops} | adds
-            if len(rows) > PAGE_SIZE:  # keep one page: drop what sorts last, never the cursor's or a selected row
-                order = sorted(rows, key=lambda i: self._sort_value_of(rows[i], i), reverse=self.sort_reverse)
-                extra = len(rows) - PAGE_SIZE
-                for job_id in reversed(order):
-                    if extra <= 0:
-                        break
-                    if job_id != keep and job_id not in self.selected:
-                        del rows[job_id]
-                        extra -= 1
-                self.has_next = True
-            gone = set(self.rows) - set(rows)
-            new = [i for i in rows if i not in self.rows]
-            now = time.monotonic()
-            if len(gone) + len(new) > REBUILD_OVER:
-                self.rows = rows
-                table.clear()
-                for job_id, job in rows.items():
-                    table.add_row(_line(self._cells(job)), key=str(job_id))
-            else:
-                for job_id in gone:
-                    table.remove_row(str(job_id))
-                self.rows = rows
-                for job_id in new:
-                    table.add_row(_line(self._cells(rows[job_id])), key=str(job_id))
-            for job_id in new:
-                self.shown_at.setdefault(job_id, now)
+                    job = dict(summary, _created=created[job_id])
+                    self.rows[job_id] = job
+                    table.add_row(*self._cells(job), key=str(job_id))
+                    self.shown_at.setdefault(job_id, now)
+                    added = True
+        if added:
             self._sort()
+            self._trim(keep)
+        if added or removed:
             self._restore_cursor(keep, offset)
             self._update_bar()
         if unsure:
             self.console.reload_soon(self)
+
+    def _trim(self, keep: int | None) -> None:
+        """Keep one page: drop the rows sorted last (never the cursor's or a selected one)."""
+        extra = len(self.rows) - PAGE_SIZE
+        if extra <= 0:
+            return
+        order = sorted(self.rows, key=self._sort_value, reverse=self.sort_reverse)
+        for job_id in reversed(order):
+            if extra <= 0:
+                break
+            if job_id == keep or job_id in self.selected:
+                continue
+            self.table.remove_row(str(job_id))
+            del self.rows[job_id]
+            extra -= 1
+        self.has_next = True
 
     def tick(self) -> None:
         if self.console.fmt.masked or not self.display:
             return
         table = self.table
         for job_id, job in self.rows.items():
-            table.update_cell(str(job_id), LINE, _line(self._cells(job)))
+            table.update_cell(str(job_id), "age", self.console.fmt.age(job.get("_created")))
 
     # -- selection, filter, sort, pages
 
@@ -316,15 +282,7 @@ class JobsView(View):
         await self.action_open()
 
     def _set_mark(self, job_id: int) -> None:
-        self.table.update_cell(str(job_id), LINE, _line(self._cells(self.rows[job_id])))
-
-    def cell_text(self, job_id: int, column: str) -> str:
-        """What the row of `job_id` shows in `column` ('' if the job is not shown)."""
-        if job_id not in self.rows:
-            return ""
-        line = self.table.get_cell(str(job_id), LINE)
-        width = next(w for k, _, w in COLUMNS if k == column)
-        return str(line.plain[OFFSETS[column] : OFFSETS[column] + width]).strip()
+        self.table.update_cell(str(job_id), "sel", self._cells(self.rows[job_id])[0])
 
     def action_toggle_select(self) -> None:
         job = self.current()

@@ -22,7 +22,10 @@ def jobs_view(app: Any) -> JobsView:
 
 
 def cell(view: JobsView, job_id: int, column: str) -> str:
-    return view.cell_text(job_id, column)
+    if job_id not in view.rows:
+        return ""
+    value = view.table.get_cell(str(job_id), column)
+    return str(getattr(value, "plain", value))
 
 
 async def focus_job(view: JobsView, job_id: int) -> None:
