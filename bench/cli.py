@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from bench.auth import auth_overhead
+from bench.console_lag import console_lag
 from bench.context import RunContext, Scale
 from bench.latency import due_later, due_now
 from bench.remote import noop_remote, sleepers
@@ -50,6 +51,11 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
     "agent": (
         "one remote agent process: no-op throughput (local agent as baseline), 10,000 sleeping jobs and its RSS",
         (noop_remote, sleepers),
+        False,
+    ),
+    "console": (
+        "terminal console: lag from commit to the Jobs table at 1,000 events/s over 100,000 jobs",
+        (console_lag,),
         False,
     ),
 }

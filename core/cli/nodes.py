@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.client import DEFAULT_SERVER
@@ -67,6 +68,49 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
 
     run_async(main())
     return 0
+
+
+def cmd_up_console(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """`jobdeck up --console`: the node as a child process (its log in the data dir), the console in
+    this one; quitting the console stops the node gracefully."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    settings = load_settings(data_dir=args.data_dir, host=args.host, port=args.port, local_slots=args.slots)
+    child_args = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--console"]
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = settings.data_dir / "node.log"
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    url = f"http://{host}:{settings.port}"
+    with open(log_path, "a") as log:
+        node = subprocess.Popen([sys.executable, "-m", "core.cli", *child_args], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if node.poll() is not None:
+                raise JobDeckError(f"the node exited with {node.returncode}; see {log_path}")
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise JobDeckError(f"the node did not answer at {url} within 30 s; see {log_path}")
+            time.sleep(0.1)
+        from console_tui.app import main as console_main
+
+        return console_main(argparse.Namespace(server=url))
+    finally:
+        if node.poll() is None:
+            node.send_signal(signal.SIGINT)
+            try:
+                node.wait(settings.shutdown_grace_seconds + 5)
+            except subprocess.TimeoutExpired:
+                node.kill()
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
