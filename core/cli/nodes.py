@@ -62,7 +62,8 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
                        "oidc": f"sign-in by {settings.oidc_issuer}"}[settings.auth]  # fmt: skip
             print(f"JobDeck is up: API {url}  (store {settings.store_label}{agents}; {sign_in})", flush=True)
             hint = "" if url == DEFAULT_SERVER else f"   (another port: export JOBDECK_SERVER={url})"
-            print(f"  try: jobdeck submit -- echo hello{hint}   |   API docs: {url}/docs", flush=True)
+            first = "jobdeck submit -- echo hello" if settings.auth == "none" else f"jobdeck login --server {url}"
+            print(f"  try: {first}{hint}   |   API docs: {url}/docs", flush=True)
 
         await node.serve(ready)
 
