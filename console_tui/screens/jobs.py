@@ -13,7 +13,7 @@ from textual.widgets import Input, Static
 
 from console_tui.actions import bindings_for
 from console_tui.format import epoch, state_text
-from console_tui.operations import bulk, bulk_summary, job_action
+from console_tui.operations import bulk_summary, job_action
 from console_tui.query import JobQuery
 from console_tui.screens.base import Json, View
 from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
@@ -373,7 +373,7 @@ class JobsView(View):
             job = jobs[0]
             await self.call(job_action(client, job["id"], action, priority), f"{verb}: job {job['id']}")
             return
-        result = await self.call(bulk(client, action, ids=[j["id"] for j in jobs], priority=priority))
+        result = await self.call(client.bulk(action, ids=[j["id"] for j in jobs], priority=priority))
         if result is not None:
             text, severity = bulk_summary(verb, result)
             self.console.notify(text, severity=severity, timeout=6)  # type: ignore[arg-type]
@@ -426,7 +426,7 @@ class JobsView(View):
                 raise ValueError(f"{text!r} is not a whole number") from None
             if len(jobs) == 1:
                 return await client.set_priority(jobs[0]["id"], value)
-            result = await bulk(client, "priority", ids=[j["id"] for j in jobs], priority=value)
+            result = await client.bulk("priority", ids=[j["id"] for j in jobs], priority=value)
             if result.get("errors") and not result.get("changed"):
                 raise ValueError(bulk_summary("priority", result)[0])
             return result
