@@ -190,7 +190,9 @@ class ConsoleApp(App[int]):
         self.call_later(target.run_action, name)  # type: ignore[attr-defined]
 
 
-async def _preflight(server: str) -> tuple[str | None, Identity]:
+async def sign_in(server: str) -> tuple[str | None, Identity]:
+    """The token `jobdeck login` cached (or $JOBDECK_TOKEN) and who it signs in as; raises
+    Unauthorized when the server refuses it."""
     token = await token_for(server)
     async with JobDeckClient(server, token=token) as client:
         await client.health()
@@ -203,7 +205,7 @@ def main(args: argparse.Namespace) -> int:
     token is one clear line with a hint, not a traceback; then run the console."""
     server: str = args.server
     try:
-        token, identity = asyncio.run(_preflight(server))
+        token, identity = asyncio.run(sign_in(server))
     except Unauthorized as exc:
         print(f"error: {exc.message}; {LOGIN_HINT.format(server=server)}", flush=True)
         return 1

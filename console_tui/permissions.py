@@ -7,9 +7,6 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-ALL_PERMISSIONS = frozenset(
-    {"jobs.read", "jobs.write", "schedules.write", "queues.pause", "queues.configure", "agents.drain", "audit.read"}
-)
 QUEUE_SCOPED = frozenset({"jobs.write", "schedules.write", "queues.pause"})
 
 
@@ -27,17 +24,12 @@ class Identity:
     def from_me(cls, me: dict[str, Any]) -> Identity:
         """From `JobDeckClient.me()`."""
         return cls(
-            name=str(me.get("name") or me.get("subject") or "?"),
-            role=str(me.get("role") or "viewer"),
-            auth=str(me.get("auth") or "none"),
-            queues=tuple(me.get("queues") or ("*",)),
-            allowed=frozenset(me.get("allowed") or ()),
+            name=str(me["name"]),
+            role=str(me["role"]),
+            auth=str(me["auth"]),
+            queues=tuple(me["queues"]),
+            allowed=frozenset(me["allowed"]),
         )
-
-    @classmethod
-    def no_sign_in(cls) -> Identity:
-        """A server without sign-in: everyone is admin."""
-        return cls(name="anonymous", role="admin", auth="none", queues=("*",), allowed=ALL_PERMISSIONS)
 
     def refusal(self, permission: str, queue: str | None = None) -> str | None:
         """None if the action is allowed (on `queue`), else why not, in a sentence."""

@@ -10,7 +10,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from console_tui.operations import bulk, bulk_summary
+from console_tui.operations import bulk_summary
 from console_tui.query import JobQuery
 from console_tui.screens.dialogs import DIALOG_CSS
 from core.errors import JobDeckError
@@ -87,7 +87,7 @@ class BulkScreen(ModalScreen[None]):
     async def _run(self, priority: int | None) -> None:
         assert self.action_name is not None
         try:
-            result = await bulk(self.console.client, self.action_name, filter=self.filter.params(), priority=priority)
+            result = await self.console.client.bulk(self.action_name, filter=self.filter.params(), priority=priority)
         except JobDeckError as exc:
             self.query_one("#error", Static).update(exc.message)
             self.action_name = None

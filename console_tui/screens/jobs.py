@@ -9,27 +9,24 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Input, Static
 
 from console_tui.actions import bindings_for
 from console_tui.format import epoch, state_text
-from console_tui.operations import bulk, bulk_summary, job_action
+from console_tui.operations import bulk_summary, job_action
 from console_tui.query import JobQuery
 from console_tui.screens.base import Json, View
 from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
+from console_tui.widgets.live_table import Column, LiveTable
 from core.errors import JobDeckError
 
 PAGE_SIZE = 100  # rows held: two screens; more pages with ] and [
-COLUMNS = (("sel", " ", 1), ("id", "ID", 7), ("name", "NAME", 26), ("queue", "QUEUE", 12), ("state", "STATE", 11),
-           ("priority", "PRI", 5), ("attempts", "TRIES", 6), ("age", "AGE", 7), ("agent", "AGENT", 18))  # fmt: skip
+COLUMNS = (Column("sel", " ", 1), Column("id", "ID", 7, "right"), Column("name", "NAME", 26),
+           Column("queue", "QUEUE", 12), Column("state", "STATE", 11), Column("priority", "PRI", 5, "right"),
+           Column("attempts", "TRIES", 6), Column("age", "AGE", 7), Column("agent", "AGENT", 18))  # fmt: skip
 SORTS = ("id", "priority", "state", "age", "queue", "name")
 STATE_ORDER = {s: i for i, s in enumerate(("running", "queued", "failed", "scheduled", "paused", "blocked",
                                            "dead", "cancelled", "succeeded"))}  # fmt: skip
-
-
-def _clip(text: str | None, width: int) -> str:
-    text = text or ""
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class JobsView(View):
@@ -40,7 +37,7 @@ class JobsView(View):
     BINDINGS = bindings_for("jobs")
     DEFAULT_CSS = """
     JobsView #bar { height: 1; background: $boost; padding: 0 1; }
-    JobsView DataTable { height: 1fr; }
+    JobsView LiveTable { height: 1fr; }
     JobsView #filter { display: none; }
     JobsView #filter.open { display: block; }
     """
@@ -56,23 +53,21 @@ class JobsView(View):
         self.sort_by = "id"
         self.sort_reverse = True
         self.loaded = False
+        self._bar = Text()
         self.shown_at: dict[int, float] = {}  # job id -> when its row first appeared (the benchmark reads it)
 
     # -- layout
 
     def compose(self) -> ComposeResult:
         yield Static("", id="bar")
-        table: DataTable[Any] = DataTable(id="table", cursor_type="row", zebra_stripes=True)
-        for key, label, width in COLUMNS:
-            table.add_column(label, key=key, width=width)
-        yield table
+        yield LiveTable(COLUMNS, id="table")
         yield Input(
             placeholder="filter: state:queued,failed  queue:NAME  tag:TAG  name-prefix   (enter / esc)", id="filter"
         )
 
     @property
-    def table(self) -> DataTable[Any]:
-        return self.query_one("#table", DataTable)
+    def table(self) -> LiveTable:
+        return self.query_one("#table", LiveTable)
 
     def focus_main(self) -> None:
         self.table.focus()
@@ -82,18 +77,18 @@ class JobsView(View):
 
     # -- data
 
-    def _cells(self, job: Json) -> list[Any]:
+    def _cells(self, job: Json) -> list[Text | str | int]:
         d = self.console.fmt
         return [
             Text("●", style="bold magenta") if job["id"] in self.selected else " ",
             job["id"],
-            _clip(job.get("name"), 26),
-            _clip(job.get("queue"), 12),
+            job.get("name") or "",
+            job.get("queue") or "",
             state_text(job["state"], bool(job.get("cancel_requested"))),
-            Text(str(job.get("priority", 0)), justify="right"),
+            job.get("priority", 0),
             f"{job.get('attempt', 0)}/{job.get('max_attempts', 0)}",
             d.age(job.get("_created")),
-            _clip(job.get("agent"), 18),
+            job.get("agent") or "",
         ]
 
     async def reload(self) -> None:
@@ -112,40 +107,18 @@ class JobsView(View):
         self.loaded = True
 
     def _replace_rows(self, rows: dict[int, Json]) -> None:
-        table = self.table
-        keep = self._cursor_key()
-        offset = table.cursor_row - int(table.scroll_y)
         self.rows = rows
         self.selected &= set(rows)
-        table.clear()
+        order = sorted(rows, key=self._sort_value, reverse=self.sort_reverse)
+        self.table.set_rows((str(i), self._cells(rows[i])) for i in order)
         now = time.monotonic()
-        for job_id, job in rows.items():
-            table.add_row(*self._cells(job), key=str(job_id))
+        for job_id in rows:
             self.shown_at.setdefault(job_id, now)
-        self._sort()
-        self._restore_cursor(keep, offset)
         self._update_bar()
 
     def _cursor_key(self) -> int | None:
-        table = self.table
-        if not table.row_count:
-            return None
-        try:
-            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        except Exception:  # the table is empty or the cursor is out of it
-            return None
+        key = self.table.cursor_key
         return int(key) if key is not None else None
-
-    def _restore_cursor(self, job_id: int | None, offset: int) -> None:
-        table = self.table
-        if job_id is None or job_id not in self.rows:
-            return
-        row = table.get_row_index(str(job_id))
-        if row != table.cursor_row:
-            table.move_cursor(row=row, animate=False, scroll=False)
-        target = max(0, row - max(0, offset))
-        if int(table.scroll_y) != target:
-            table.scroll_to(y=target, animate=False, immediate=True)
 
     def _sort_value(self, job_id: int) -> Any:
         job = self.rows[job_id]
@@ -160,7 +133,7 @@ class JobsView(View):
         return (str(job.get(self.sort_by) or ""), job_id)
 
     def _sort(self) -> None:
-        self.table.sort("id", key=self._sort_value, reverse=self.sort_reverse)
+        self.table.sort(key=lambda key: self._sort_value(int(key)), reverse=self.sort_reverse)
 
     def _update_bar(self) -> None:
         flt = self.effective_query().text() or "none"
@@ -170,7 +143,10 @@ class JobsView(View):
                  f"sort: {self.sort_by} {arrow}"]  # fmt: skip
         if self.selected:
             parts.append(f"{len(self.selected)} selected")
-        self.query_one("#bar", Static).update(Text("  ·  ".join(parts), style="bold" if self.selected else ""))
+        bar = Text("  ·  ".join(parts), style="bold" if self.selected else "")
+        if bar != self._bar:  # an update of a Static lays the whole screen out again: only when it changed
+            self._bar = bar
+            self.query_one("#bar", Static).update(bar, layout=False)
 
     # -- live updates
 
@@ -194,40 +170,35 @@ class JobsView(View):
         table = self.table
         query = self.effective_query()
         keep = self._cursor_key()
-        offset = table.cursor_row - int(table.scroll_y)
         added = removed = False
         unsure = False
         first_page = len(self.cursors) == 1
         now = time.monotonic()
-        for job_id, summary in latest.items():
-            row = self.rows.get(job_id)
-            match = query.matches(summary)
-            if row is not None:
-                before = self._cells(row)
-                row.update(summary)
-                if match is False and job_id != keep and job_id not in self.selected:
-                    table.remove_row(str(job_id))
-                    del self.rows[job_id]
-                    removed = True
-                    continue
-                after = self._cells(row)
-                for (key, _, _), old, new in zip(COLUMNS, before, after, strict=True):
-                    if old != new:
-                        table.update_cell(str(job_id), key, new)
-            elif job_id in created and first_page:
-                if match is None:
-                    unsure = True
-                elif match:
-                    job = dict(summary, _created=created[job_id])
-                    self.rows[job_id] = job
-                    table.add_row(*self._cells(job), key=str(job_id))
-                    self.shown_at.setdefault(job_id, now)
-                    added = True
-        if added:
-            self._sort()
-            self._trim(keep)
+        with table.changes():  # the cursor's row keeps its place on screen through all of it
+            for job_id, summary in latest.items():
+                row = self.rows.get(job_id)
+                match = query.matches(summary)
+                if row is not None:
+                    row.update(summary)
+                    if match is False and job_id != keep and job_id not in self.selected:
+                        table.remove_rows(str(job_id))
+                        del self.rows[job_id]
+                        removed = True
+                    else:
+                        table.put(str(job_id), self._cells(row))
+                elif job_id in created and first_page:
+                    if match is None:
+                        unsure = True
+                    elif match:
+                        job = dict(summary, _created=created[job_id])
+                        self.rows[job_id] = job
+                        table.put(str(job_id), self._cells(job))
+                        self.shown_at.setdefault(job_id, now)
+                        added = True
+            if added:
+                self._sort()
+                self._trim(keep)
         if added or removed:
-            self._restore_cursor(keep, offset)
             self._update_bar()
         if unsure:
             self.console.reload_soon(self)
@@ -238,22 +209,24 @@ class JobsView(View):
         if extra <= 0:
             return
         order = sorted(self.rows, key=self._sort_value, reverse=self.sort_reverse)
+        gone: list[int] = []
         for job_id in reversed(order):
-            if extra <= 0:
+            if len(gone) >= extra:
                 break
-            if job_id == keep or job_id in self.selected:
-                continue
-            self.table.remove_row(str(job_id))
+            if job_id != keep and job_id not in self.selected:
+                gone.append(job_id)
+        for job_id in gone:
             del self.rows[job_id]
-            extra -= 1
+        self.table.remove_rows(*(str(i) for i in gone))
         self.has_next = True
 
     def tick(self) -> None:
         if self.console.fmt.masked or not self.display:
             return
         table = self.table
+        age = self.console.fmt.age
         for job_id, job in self.rows.items():
-            table.update_cell(str(job_id), "age", self.console.fmt.age(job.get("_created")))
+            table.update_cell(str(job_id), "age", age(job.get("_created")))
 
     # -- selection, filter, sort, pages
 
@@ -273,12 +246,12 @@ class JobsView(View):
         refused = [j["queue"] for j in jobs if not self.console.identity.may_touch(j["queue"])]
         return refused[0] if refused else (jobs[0]["queue"] if jobs else None)
 
-    @on(DataTable.RowHighlighted)
-    def _moved(self, event: DataTable.RowHighlighted) -> None:
+    @on(LiveTable.RowHighlighted)
+    def _moved(self, event: LiveTable.RowHighlighted) -> None:
         self.refresh_refusals()
 
-    @on(DataTable.RowSelected)
-    async def _chosen(self, event: DataTable.RowSelected) -> None:
+    @on(LiveTable.RowSelected)
+    async def _chosen(self, event: LiveTable.RowSelected) -> None:
         await self.action_open()
 
     def _set_mark(self, job_id: int) -> None:
@@ -303,8 +276,19 @@ class JobsView(View):
         for job_id in changed:
             if job_id in self.rows:
                 self._set_mark(job_id)
+        if not self.selected:
+            self._drop_unmatched(changed)
         self._update_bar()
         self.refresh_refusals()
+
+    def _drop_unmatched(self, job_ids: set[int]) -> None:
+        """Rows kept only because they were selected leave once they are not (their change may
+        have arrived while they still were)."""
+        query, keep = self.effective_query(), self._cursor_key()
+        gone = [i for i in job_ids if i in self.rows and i != keep and query.matches(self.rows[i]) is False]
+        for job_id in gone:
+            del self.rows[job_id]
+        self.table.remove_rows(*(str(i) for i in gone))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -348,10 +332,7 @@ class JobsView(View):
         self._resort()
 
     def _resort(self) -> None:
-        table = self.table
-        keep = self._cursor_key()
         self._sort()
-        self._restore_cursor(keep, table.cursor_row - int(table.scroll_y))
         self._update_bar()
 
     async def action_next_page(self) -> None:
@@ -392,7 +373,7 @@ class JobsView(View):
             job = jobs[0]
             await self.call(job_action(client, job["id"], action, priority), f"{verb}: job {job['id']}")
             return
-        result = await self.call(bulk(client, action, ids=[j["id"] for j in jobs], priority=priority))
+        result = await self.call(client.bulk(action, ids=[j["id"] for j in jobs], priority=priority))
         if result is not None:
             text, severity = bulk_summary(verb, result)
             self.console.notify(text, severity=severity, timeout=6)  # type: ignore[arg-type]
@@ -445,7 +426,7 @@ class JobsView(View):
                 raise ValueError(f"{text!r} is not a whole number") from None
             if len(jobs) == 1:
                 return await client.set_priority(jobs[0]["id"], value)
-            result = await bulk(client, "priority", ids=[j["id"] for j in jobs], priority=value)
+            result = await client.bulk("priority", ids=[j["id"] for j in jobs], priority=value)
             if result.get("errors") and not result.get("changed"):
                 raise ValueError(bulk_summary("priority", result)[0])
             return result

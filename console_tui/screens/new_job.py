@@ -1,5 +1,5 @@
 """The new-job form. It sends what was typed; an invalid field is explained next to it with the
-server's own message (422 names the field), any other refusal under the form."""
+server's own message (422 names the field), any other refusal under the form and in a notification."""
 
 from __future__ import annotations
 
@@ -117,8 +117,9 @@ class NewJobScreen(ModalScreen[dict[str, Any] | None]):
             self.query_one(f"#error-{key}", Static).update(f"↑ {exc.message}")
             self.query_one(f"#error-{key}", Static).add_class("shown")
             self.query_one(f"#{key}", Input).focus()
-        else:
+        else:  # a refusal (403, ...): under the form, and a notification like every refused action
             self.query_one("#error", Static).update(exc.message)
+            self.console.notify(exc.message, title=f"refused ({exc.status})", severity="error", timeout=8)
 
     async def action_submit(self) -> None:
         self._clear_errors()

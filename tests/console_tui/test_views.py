@@ -146,3 +146,14 @@ def test_a_wrong_server_url_is_one_line_with_a_hint() -> None:
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach JobDeck"), lines
     assert "Traceback" not in out.stderr
+
+
+async def test_the_command_palette_lists_every_action_of_the_view(node: ServerProcess) -> None:
+    from console_tui.actions import ACTIONS
+
+    async with console(node.url) as (app, _):
+        titles = [c.title for c in app.get_system_commands(app.main_screen)]  # type: ignore[arg-type]
+        wanted = [a.title for a in ACTIONS if "jobs" in a.views]
+        missing = [t for t in wanted if not any(c == t or c == f"{t} (disabled)" for c in titles)]
+        assert not missing, f"not in the palette: {missing}; it has {titles}"
+        assert {"Show Jobs", "Show Dead letters", "Show Events"} <= set(titles), titles
