@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from bench.auth import auth_overhead
+from bench.console_lag import console_lag
 from bench.context import RunContext, Scale
 from bench.latency import due_later, due_now
 from bench.remote import noop_remote, sleepers
@@ -44,11 +46,17 @@ Case = Callable[[RunContext], Awaitable[list[Figure]]]
 BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
     "batch": ("batch submit over HTTP, with the raw SQLite baseline", (batch_submit,), True),
     "single": ("single submit over HTTP, sequential and concurrent, with GET /healthz", (single_submit,), False),
+    "auth": ("what sign-in costs: requests with a static token vs without sign-in", (auth_overhead,), False),
     "e2e": ("end-to-end no-op throughput with the local agent", (streamed, resumed), True),
     "pickup": ("pick-up latency at a steady submit rate", (due_now, due_later), True),
     "agent": (
         "one remote agent process: no-op throughput (local agent as baseline), 10,000 sleeping jobs and its RSS",
         (noop_remote, sleepers),
+        False,
+    ),
+    "console": (
+        "terminal console: lag from commit to the Jobs table at 1,000 events/s over 100,000 jobs",
+        (console_lag,),
         False,
     ),
     "web": (

@@ -28,6 +28,9 @@ class Scale:
     pickup_slots: int = 64
     sleepers: int = 10_000  # sleeping jobs running at once in one remote agent
     sleep_seconds: float = 15.0  # how long each sleeps: well beyond the time to start them all
+    console_rate: float = 1000.0  # events per second into the console
+    console_seconds: float = 10.0
+    console_store_jobs: int = 100_000  # jobs in the store under the console
     poll_seconds: float = 0.5  # how often completion is polled
     stall_seconds: float = 30.0  # no progress for this long: the jobs are reported stuck
 
@@ -39,7 +42,15 @@ class Scale:
     def quick(self) -> Scale:
         """A smoke run: every benchmark, a few seconds each."""
         return replace(
-            self, batches=2, single_seconds=1.0, e2e_jobs=5_000, pickup_seconds=3.0, sleepers=2_000, sleep_seconds=5.0
+            self,
+            batches=2,
+            single_seconds=1.0,
+            e2e_jobs=5_000,
+            pickup_seconds=3.0,
+            sleepers=2_000,
+            sleep_seconds=5.0,
+            console_seconds=3.0,
+            console_store_jobs=20_000,
         )
 
 

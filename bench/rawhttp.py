@@ -17,9 +17,11 @@ from urllib.parse import urlsplit
 from bench.server import BenchError
 
 
-def build_request(method: str, path: str, body: bytes | None = None) -> bytes:
-    """The bytes of one request, sent as they are on every call."""
+def build_request(method: str, path: str, body: bytes | None = None, token: str | None = None) -> bytes:
+    """The bytes of one request, sent as they are on every call (with a bearer token, if given)."""
     head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\n"
+    if token:
+        head += f"Authorization: Bearer {token}\r\n"
     if body is None:
         return (head + "\r\n").encode()
     return (head + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body

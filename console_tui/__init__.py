@@ -1,1 +1,7 @@
-"""Textual terminal console (see the console issue)."""
+"""The Textual terminal console: `jobdeck console`. It talks to the core only through core.client."""
+
+from __future__ import annotations
+
+from console_tui.app import ConsoleApp, main
+
+__all__ = ["ConsoleApp", "main"]

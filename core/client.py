@@ -218,6 +218,15 @@ class JobDeckClient:
         "allowed"}`; `queues` are the patterns of the queues it may act on, `allowed` its actions."""
         return await self._call("GET", "/auth/me")  # type: ignore[no-any-return]
 
+    async def exchange_ticket(self, ticket: str) -> Json:
+        """Trade the one-time ticket the browser sign-in returned for a session token:
+        `{"token", "expires_at", "user"}` (the web UI's backend keeps the token for that browser)."""
+        return await self._call("POST", "/auth/ticket", json={"ticket": ticket})  # type: ignore[no-any-return]
+
+    async def auth_config(self) -> Json:
+        """How this server signs people in (`{"auth": "none"|"token"|"oidc", ...}`); needs no credentials."""
+        return await self._call("GET", "/auth/config")  # type: ignore[no-any-return]
+
     async def audit(self, **filters: Any) -> Json:
         """The audit log, newest first (admins). Filters: actor, action, target, since, until, cursor, limit."""
         return await self._call("GET", "/v1/audit", params=filters)  # type: ignore[no-any-return]

@@ -38,3 +38,13 @@ def test_compose_runs_two_nodes_two_agents_and_their_services_in_order() -> None
         }  # fmt: skip
     assert services["agent-1"]["depends_on"]["core-1"]["condition"] == "service_healthy"
     assert services["kafka"]["image"].startswith("apache/kafka"), "a real Kafka image for users"
+
+
+def test_compose_nodes_listen_beyond_loopback_only_with_sign_in_on() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    for core in ("core-1", "core-2"):
+        env = services[core]["environment"]
+        assert env["JOBDECK_HOST"] == "0.0.0.0" and env["JOBDECK_AUTH"] == "token"
+        assert env["JOBDECK_TOKENS"].startswith("${JOBDECK_TOKENS:?"), "no default credentials in the file"
+    for agent in ("agent-1", "agent-2"):
+        assert services[agent]["environment"]["JOBDECK_TOKEN"].startswith("${JOBDECK_AGENT_TOKEN:?")

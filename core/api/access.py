@@ -146,6 +146,8 @@ async def authorize(request: HTTPConnection) -> None:
             retry_after=math.ceil(wait),
         )
     mutating = method not in ("GET", "HEAD")
+    if mutating and not request.headers.get("authorization") and request.cookies.get(COOKIE):
+        _check_origin(request)  # a browser's cookie: refuse requests another site's page makes
     action_name = getattr(route, "name", path)
     target = None
     queue = None
@@ -170,6 +172,19 @@ async def authorize(request: HTTPConnection) -> None:
         return
     elif not p.may(rule.action, queue):
         await _refuse(request, p, p.refusal(rule.action, queue))
+
+
+def _check_origin(request: HTTPConnection) -> None:
+    origin = request.headers.get("origin")
+    if origin is None:
+        return  # not a browser's cross-site request (browsers send Origin on every POST); SameSite covers the rest
+    settings = request.app.state.engine.settings
+    own = f"{request.url.scheme}://{request.url.netloc}"
+    allowed = {own, *(o.rstrip("/") for o in settings.web_origins)}
+    if settings.public_url:
+        allowed.add(settings.public_url.rstrip("/"))
+    if origin.rstrip("/") not in allowed:
+        raise Forbidden(f"a page on {origin} may not act with this browser's JobDeck session (not a web origin)")
 
 
 async def _refuse(conn: HTTPConnection, p: Principal, message: str) -> None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from core.cli import signin
-from core.cli.nodes import cmd_agent, cmd_migrate, cmd_up, run_async
+from core.cli.nodes import cmd_agent, cmd_migrate, cmd_up, cmd_up_console, run_async
 from core.cli.remote import (
     add_job_flags,
     cmd_agents,
@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
             help="local agent slots" + (" (default 32)" if name == "up" else " (default 0: no local agent)"),
         )
         s.add_argument("--log-level", dest="log_level")
+        if name == "up":
+            s.add_argument("--console", action="store_true", help="open the terminal console on it (the node runs "
+                                                                  "in the background; quitting the console stops it)")  # fmt: skip
         s.set_defaults(local=name == "up")
         if name == "up":
             s.add_argument("--web", dest="web", action="store_true", default=None,
@@ -166,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("id", type=int)
     s.add_argument("-n", type=int, default=10)
 
+    sub.add_parser("console", help="the live terminal console (signed in with `jobdeck login`)")
+
     s = sub.add_parser("events", help="follow the live event feed")
     s.add_argument("--since", type=int, help="start after this sequence number (default: now)")
     s.add_argument("--queue", action="append")
@@ -223,8 +228,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `jobdeck` command."""
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "up" and args.console:
+            return cmd_up_console(args, argv)
         if args.command in ("up", "server"):
             return cmd_up(args, local_agent=args.local or (args.slots or 0) > 0)
+        if args.command == "console":
+            from console_tui.app import main as console_main  # lazy: core does not depend on the console
+
+            return console_main(args)
         if args.command == "agent":
             return cmd_agent(args)
         if args.command == "migrate":

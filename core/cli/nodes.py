@@ -8,7 +8,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.client import DEFAULT_SERVER
@@ -60,9 +60,12 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
 
         def ready(url: str) -> None:
             agents = f", local agent with {settings.local_slots} slots" if local_agent else ", no local agents"
-            print(f"JobDeck is up: API {url}  (store {settings.store_label}{agents})", flush=True)
+            sign_in = {"none": "no sign-in (loopback only)", "token": "sign-in by token",
+                       "oidc": f"sign-in by {settings.oidc_issuer}"}[settings.auth]  # fmt: skip
+            print(f"JobDeck is up: API {url}  (store {settings.store_label}{agents}; {sign_in})", flush=True)
             hint = "" if url == DEFAULT_SERVER else f"   (another port: export JOBDECK_SERVER={url})"
-            print(f"  try: jobdeck submit -- echo hello{hint}   |   API docs: {url}/docs", flush=True)
+            first = "jobdeck submit -- echo hello" if settings.auth == "none" else f"jobdeck login --server {url}"
+            print(f"  try: {first}{hint}   |   API docs: {url}/docs", flush=True)
             if want_web:
                 node.on_stop(start_web(url, settings.host, getattr(args, "web_port", None)))
 
@@ -118,6 +121,49 @@ def start_web(api_url: str, host: str, port: int | None) -> Callable[[], Awaitab
         await asyncio.to_thread(launch.stop, proc)
 
     return stop
+
+
+def cmd_up_console(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """`jobdeck up --console`: the node as a child process (its log in the data dir), the console in
+    this one; quitting the console stops the node gracefully."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    settings = load_settings(data_dir=args.data_dir, host=args.host, port=args.port, local_slots=args.slots)
+    child_args = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--console"]
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = settings.data_dir / "node.log"
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    url = f"http://{host}:{settings.port}"
+    with open(log_path, "a") as log:
+        node = subprocess.Popen([sys.executable, "-m", "core.cli", *child_args], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if node.poll() is not None:
+                raise JobDeckError(f"the node exited with {node.returncode}; see {log_path}")
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise JobDeckError(f"the node did not answer at {url} within 30 s; see {log_path}")
+            time.sleep(0.1)
+        from console_tui.app import main as console_main
+
+        return console_main(argparse.Namespace(server=url))
+    finally:
+        if node.poll() is None:
+            node.send_signal(signal.SIGINT)
+            try:
+                node.wait(settings.shutdown_grace_seconds + 5)
+            except subprocess.TimeoutExpired:
+                node.kill()
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

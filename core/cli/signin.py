@@ -124,7 +124,7 @@ async def _loopback_flow(http: httpx.AsyncClient, cfg: dict[str, Any], open_brow
 async def login(args: argparse.Namespace) -> int:
     """`jobdeck login`: sign in to --server and cache the token."""
     async with JobDeckClient(args.server) as anonymous:
-        cfg = await anonymous._call("GET", "/auth/config")
+        cfg = await anonymous.auth_config()
     if cfg["auth"] == "none":
         print(f"{args.server} runs without sign-in (auth = none): nothing to do")
         return 0

@@ -216,3 +216,30 @@ async def test_an_agent_token_serves_only_its_queues(deck: Deck, tmp_path: Path)
     finally:
         agent.terminate()
         await asyncio.to_thread(agent.wait, 30)
+
+
+async def test_login_with_a_pasted_token_checks_it_before_caching_it(deck: Deck, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    env.pop("JOBDECK_TOKEN", None)
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "core.cli", "--server", deck.url, *args]
+        return await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, env=env, cwd=ROOT,
+                                       timeout=30)  # fmt: skip
+
+    bad = await cli("login", "--token", "jd_wrong")
+    assert bad.returncode == 1 and bad.stderr.strip().startswith("error: unknown API token"), bad.stderr
+    assert not (tmp_path / "jobdeck" / "credentials.json").exists(), "a refused token is not cached"
+    anonymous = await cli("jobs", "ls")
+    assert anonymous.returncode == 1 and "jobdeck login --server URL" in anonymous.stderr
+    ok = await cli("login", "--token", TOKENS["viewer"][0])
+    assert ok.returncode == 0 and "as viewer (viewer)" in ok.stdout, ok.stdout + ok.stderr
+    assert (await cli("jobs", "ls")).returncode == 0, "later commands use the cached token"
+    assert (await cli("logout")).stdout.startswith("signed out of")
+    assert (await cli("jobs", "ls")).returncode == 1

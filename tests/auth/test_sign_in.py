@@ -22,7 +22,7 @@ import pytest
 from core.client import JobDeckClient
 from core.errors import Unauthorized, Unavailable
 from tests.auth.oidc_idp import IdpUnavailable, RunningIdp, start_idp
-from tests.conftest import ROOT, free_port, node_settings, start_node, stop_node, until
+from tests.conftest import ROOT, free_port, node_settings, start_node, stop_node
 
 WEB = "http://127.0.0.1:8650"  # where the web UI would be (a configured origin for `next`)
 JOB = {"name": "charge", "queue": "payments", "task": {"kind": "shell", "command": "true"}}
@@ -233,7 +233,7 @@ async def test_the_live_feed_carries_only_the_events_of_the_subscribers_teams(no
 async def test_a_websocket_without_credentials_is_refused_with_the_reason(node: SignIn) -> None:
     async with JobDeckClient(node.url) as c:
         with pytest.raises(Unauthorized, match="no credentials"):
-            await until(lambda: c.events(since=0).__anext__(), timeout=5)
+            await c.events(since=0).__anext__()
 
 
 async def test_an_unreachable_idp_stops_the_node_with_the_issuer_named(tmp_path: Path, sign_in: SignIn) -> None:
@@ -250,3 +250,65 @@ async def test_an_unreachable_idp_stops_the_node_with_the_issuer_named(tmp_path:
     )  # fmt: skip
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert f"cannot reach the OIDC issuer {gone}" in out.stderr
+
+
+async def test_jobdeck_login_through_a_loopback_redirect(node: SignIn, tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "core.cli", "login", "--server", node.url, "--method", "browser", "--no-browser",
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None and proc.stdout is not None
+    said = ""
+    while "http" not in said.split("browser on this machine:")[-1]:
+        said += (await asyncio.wait_for(proc.stderr.readline(), 20)).decode()
+    url = said.split("browser on this machine:")[-1].strip()
+    redirect = parse_qs(urlsplit(url).query)["redirect_uri"][0]
+    assert redirect.startswith("http://127.0.0.1:") and redirect.endswith("/callback")
+    callback = await node.idp.browser_sign_in(url, redirect, user="olive")
+    async with httpx.AsyncClient() as browser:  # the IdP sends the browser back to the CLI's loopback server
+        assert "Signed in to JobDeck" in (await browser.get(callback)).text
+    out = (await asyncio.wait_for(proc.stdout.read(), 30)).decode()
+    assert await proc.wait() == 0 and "as olive (operator)" in out, out
+
+
+async def test_a_cached_token_is_refreshed_before_it_expires(node: SignIn, tmp_path: Path) -> None:
+    import time
+
+    from core.auth import credentials
+    from core.auth.oidc import OidcProvider, pkce_pair
+
+    provider = OidcProvider(node.idp.issuer, "jobdeck-api")
+    await provider.discover()
+    verifier, challenge = pkce_pair()
+    redirect = "http://127.0.0.1:9/callback"
+    url = provider.authorization_url("jobdeck-cli", redirect, "st", challenge, "n", extra={"login_hint": "olive"})
+    code = parse_qs(urlsplit(await node.idp.browser_sign_in(url, redirect)).query)["code"][0]
+    tokens = await provider.exchange_code("jobdeck-cli", None, code, redirect, verifier)
+    env = {"XDG_CONFIG_HOME": str(tmp_path)}
+    credentials.save(node.url, {"access_token": tokens["access_token"], "refresh_token": tokens["refresh_token"],
+                                "expires_at": time.time() + 10, "token_endpoint": provider.token_endpoint,
+                                "client_id": "jobdeck-cli"}, env)  # fmt: skip
+    fresh = await credentials.token_for(node.url, env)
+    assert fresh and fresh != tokens["access_token"], "a token expiring within a minute is refreshed"
+    assert credentials.load(node.url, env)["expires_at"] > time.time() + 60  # type: ignore[index]
+    async with JobDeckClient(node.url, token=fresh) as c:
+        assert (await c.me())["name"] == "olive"
+
+
+async def test_a_session_cookie_does_not_work_for_another_sites_page(node: SignIn) -> None:
+    resp = await _browser_sign_in(node, "/auth/me", "olive")
+    cookies = {"jobdeck_session": resp.extensions["browser_cookies"]["jobdeck_session"]}
+    async with httpx.AsyncClient(base_url=node.url, cookies=cookies) as browser:
+        forged = await browser.post("/v1/jobs", json=JOB, headers={"origin": "https://evil.example"})
+        assert forged.status_code == 403 and "may not act with this browser's JobDeck session" in forged.text
+        from_web_ui = await browser.post("/v1/jobs", json=JOB, headers={"origin": WEB})
+        assert from_web_ui.status_code == 201, from_web_ui.text
+
+
+async def test_an_agent_token_cannot_follow_the_feed(node: SignIn) -> None:
+    token = await node.idp.client_credentials_token("svc-agent", "svc-agent-secret")
+    async with JobDeckClient(node.url, token=token) as c:
+        with pytest.raises(Exception, match="is an agent token") as err:
+            await c.events(since=0).__anext__()
+        assert getattr(err.value, "status", None) == 403

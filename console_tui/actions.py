@@ -1,0 +1,102 @@
+"""Every operator action of the console in one table: its key, where it applies, the permission
+it needs and whether it asks first. Bindings, the help screen (`?`) and the command palette are
+all made from it, so they cannot disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding, BindingType
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One action: `name` is the Textual action (`action_<name>` on the view that has it)."""
+
+    name: str
+    key: str
+    title: str
+    views: tuple[str, ...]
+    permission: str | None = None  # None: anyone who can read
+    destructive: bool = False
+    show: bool = True  # in the footer
+    help: str = ""
+
+
+JOB_VIEWS = ("jobs", "dead", "detail")
+ACTIONS: tuple[ActionSpec, ...] = (
+    ActionSpec("new_job", "n", "New job", ("jobs", "dead"), "jobs.write", help="a form; the server checks it"),
+    ActionSpec(
+        "pause",
+        "p",
+        "Pause",
+        (*JOB_VIEWS, "queues", "schedules"),
+        "jobs.write",
+        help="a waiting job, a queue or a schedule",
+    ),
+    ActionSpec(
+        "resume",
+        "u",
+        "Resume",
+        (*JOB_VIEWS, "queues", "schedules"),
+        "jobs.write",
+        help="put a paused job, queue or schedule back",
+    ),
+    ActionSpec("priority_up", "plus", "Priority +1", JOB_VIEWS, "jobs.write", show=False, help="key +"),
+    ActionSpec("priority_down", "minus", "Priority -1", JOB_VIEWS, "jobs.write", show=False, help="key -"),
+    ActionSpec("priority_set", "equals_sign", "Set priority", JOB_VIEWS, "jobs.write", help="key =; -1000..1000"),
+    ActionSpec(
+        "cancel", "c", "Cancel", JOB_VIEWS, "jobs.write", destructive=True, help="a running job is stopped first"
+    ),
+    ActionSpec("retry", "R", "Retry / replay", JOB_VIEWS, "jobs.write", help="run a finished or dead job again"),
+    ActionSpec(
+        "bulk_filter",
+        "B",
+        "Bulk on filter",
+        ("jobs", "dead"),
+        "jobs.write",
+        destructive=True,
+        help="act on every job matching the filter",
+    ),
+    ActionSpec("concurrency", "C", "Concurrency", ("queues",), "queues.configure", help="limit running jobs"),
+    ActionSpec(
+        "drain",
+        "d",
+        "Drain agent",
+        ("agents",),
+        "agents.drain",
+        destructive=True,
+        help="no new work; it finishes what it runs",
+    ),
+    ActionSpec("toggle_select", "space", "Select", ("jobs", "dead"), show=False, help="mark rows for bulk actions"),
+    ActionSpec("select_all", "a", "Select all", ("jobs", "dead"), show=False, help="mark every row shown"),
+    ActionSpec("filter", "slash", "Filter", ("jobs", "dead", "events"), help="/ then state:… queue:… tag:… name"),
+    ActionSpec("sort", "s", "Sort", ("jobs", "dead"), show=False, help="cycle the sort column (S reverses)"),
+    ActionSpec("sort_reverse", "S", "Reverse sort", ("jobs", "dead"), show=False),
+    ActionSpec("next_page", "right_square_bracket", "Next page", ("jobs", "dead"), show=False, help="key ]"),
+    ActionSpec("prev_page", "left_square_bracket", "Previous page", ("jobs", "dead"), show=False, help="key ["),
+    ActionSpec("open", "enter", "Details", ("jobs", "dead"), help="the job's spec, attempts, output, events"),
+)
+BY_NAME = {a.name: a for a in ACTIONS}
+# Which permission an action needs depends on what it acts on.
+PERMISSION_BY_VIEW = {"queues": {"pause": "queues.pause", "resume": "queues.pause"},
+                      "schedules": {"pause": "schedules.write", "resume": "schedules.write"}}  # fmt: skip
+
+KEY_LABELS = {"plus": "+", "minus": "-", "equals_sign": "=", "space": "space", "slash": "/",
+              "right_square_bracket": "]", "left_square_bracket": "[", "enter": "enter"}  # fmt: skip
+
+
+def key_label(key: str) -> str:
+    return KEY_LABELS.get(key, key)
+
+
+def permission_of(action: str, view: str) -> str | None:
+    """The permission `action` needs in `view`."""
+    return PERMISSION_BY_VIEW.get(view, {}).get(action) or BY_NAME[action].permission
+
+
+def bindings_for(view: str) -> list[BindingType]:
+    """The key bindings of a view, from the table."""
+    return [
+        Binding(a.key, a.name, a.title, show=a.show, key_display=key_label(a.key)) for a in ACTIONS if view in a.views
+    ]

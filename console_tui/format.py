@@ -1,0 +1,111 @@
+"""How the console writes times, durations, states and sparklines: one place, so snapshot tests
+can mask what changes from run to run (`Display.masked`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rich.text import Text
+
+STATE_STYLES = {
+    "queued": "cyan",
+    "scheduled": "blue",
+    "running": "bold yellow",
+    "succeeded": "green",
+    "failed": "red",
+    "dead": "bold red",
+    "cancelled": "dim",
+    "paused": "magenta",
+    "blocked": "dim cyan",
+}
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def epoch(value: str | float | None) -> float | None:
+    """An ISO 8601 time (as the API writes them) or Unix seconds, as Unix seconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    return datetime.fromisoformat(value).timestamp()
+
+
+def span(seconds: float | None) -> str:
+    """A duration people read at a glance: 850ms, 12s, 4m05s, 3h12m, 2d04h."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, seconds)
+    if s < 1:
+        return f"{s * 1000:.0f}ms"
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def state_text(state: str, cancel_requested: bool = False) -> Text:
+    """A job state, coloured; a running job asked to stop says so."""
+    label = "cancelling" if cancel_requested and state == "running" else state
+    return Text(label, style=STATE_STYLES.get(state, ""))
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """Values as block characters scaled to their maximum (an empty series is a flat line)."""
+    top = max(values, default=0)
+    if top <= 0:
+        return SPARK[0] * len(values)
+    return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1) + 0.5))] for v in values)
+
+
+@dataclass
+class Display:
+    """Formats what depends on the clock. `masked` writes a fixed placeholder instead, for
+    snapshot tests that must not change from run to run."""
+
+    masked: bool = False
+    clock: Callable[[], float] = field(default=time.time)
+
+    def age(self, since: float | None) -> str:
+        """How long ago `since` was."""
+        if since is None:
+            return "-"
+        return "··" if self.masked else span(self.clock() - since)
+
+    def until(self, when: float | None) -> str:
+        """How long until `when` ("in 4m05s"), or how long ago it was."""
+        if when is None:
+            return "-"
+        if self.masked:
+            return "··"
+        delta = when - self.clock()
+        return f"in {span(delta)}" if delta >= 0 else f"{span(-delta)} ago"
+
+    def clock_time(self, when: float | None) -> str:
+        """A wall-clock time, local, to the second."""
+        if when is None:
+            return "-"
+        return "hh:mm:ss" if self.masked else datetime.fromtimestamp(when).strftime("%H:%M:%S")
+
+    def date_time(self, when: float | None) -> str:
+        """A local date and time, to the second."""
+        if when is None:
+            return "-"
+        return "yyyy-mm-dd hh:mm:ss" if self.masked else datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M:%S")
+
+    def duration(self, seconds: float | None) -> str:
+        if seconds is None:
+            return "-"
+        return "··" if self.masked else span(seconds)
+
+    def spark(self, values: Sequence[float]) -> str:
+        return SPARK[0] * len(values) if self.masked else sparkline(values)
+
+    def number(self, value: float) -> str:
+        """A rate or count that moves with time."""
+        return "··" if self.masked else f"{value:g}"

@@ -1,0 +1,210 @@
+"""One job: its spec and schedule, attempts with durations and errors, the live output tail and
+its events; the job actions work here too. It follows the job on its own feed (with output)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ClassVar
+
+from rich.console import Group
+from rich.pretty import Pretty
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, RichLog, Static
+
+from console_tui.actions import bindings_for
+from console_tui.format import epoch, state_text
+from console_tui.screens.base import ConsoleMixin, Json
+from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
+from console_tui.screens.events import event_line
+from console_tui.widgets.header import ConsoleHeader
+from core.errors import JobDeckError
+
+OUTCOME_STYLES = {"succeeded": "green", "running": "bold yellow", "cancelled": "dim", "interrupted": "yellow"}
+ATTEMPT_COLUMNS = (("attempt", "#", 3), ("agent", "AGENT", 16), ("outcome", "OUTCOME", 10), ("started", "STARTED", 9),
+                   ("duration", "TOOK", 8), ("exit", "EXIT", 5), ("error", "ERROR", 40))  # fmt: skip
+
+
+class JobDetailScreen(ConsoleMixin, Screen[None]):
+    """Escape goes back to the list."""
+
+    view_name: ClassVar[str] = "detail"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back"), *bindings_for("detail")]
+    DEFAULT_CSS = """
+    JobDetailScreen #summary { height: auto; padding: 0 1; background: $boost; }
+    JobDetailScreen #left { width: 1fr; }
+    JobDetailScreen #right { width: 1fr; }
+    JobDetailScreen #spec-box { height: 1fr; border: round $primary-darken-2; }
+    JobDetailScreen #attempts { height: 10; border: round $primary-darken-2; }
+    JobDetailScreen #output { height: 1fr; border: round $primary-darken-2; }
+    JobDetailScreen #events { height: 1fr; border: round $primary-darken-2; }
+    """
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.job: Json = {}
+        self.attempts_stale = False
+
+    def compose(self) -> ComposeResult:
+        yield ConsoleHeader(f"Job {self.job_id}")
+        yield Static("loading …", id="summary")
+        with Horizontal():
+            with Vertical(id="left"):
+                with VerticalScroll(id="spec-box"):
+                    yield Static("", id="spec")
+                table: DataTable[Any] = DataTable(id="attempts", cursor_type="row")
+                for key, label, width in ATTEMPT_COLUMNS:
+                    table.add_column(label, key=key, width=width)
+                yield table
+            with Vertical(id="right"):
+                yield RichLog(id="output", max_lines=2000, wrap=True)
+                yield RichLog(id="events", max_lines=500, wrap=False)
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.query_one("#spec-box").border_title = "Spec"
+        self.query_one("#attempts").border_title = "Attempts"
+        self.query_one("#output").border_title = "Output (live)"
+        self.query_one("#events").border_title = "Events"
+        client = self.console.client
+        try:
+            since = (await client.health())["last_seq"]
+            self.job = await client.get_job(self.job_id)
+            output = await client.output(self.job_id)
+            events = await client.job_events(self.job_id)
+        except JobDeckError as exc:
+            self.query_one("#summary", Static).update(Text(exc.message, style="bold red"))
+            return
+        self._show_job()
+        await self._load_attempts()
+        self.query_one("#output", RichLog).write(output.get("output") or Text("(no output yet)", style="dim"))
+        log = self.query_one("#events", RichLog)
+        for e in events[-200:]:
+            log.write(event_line(e, self.console.fmt.clock_time(epoch(e.get("ts"))), compact=True))
+        self.run_worker(self._follow(since), exclusive=True, group="job-feed")
+        self.set_interval(0.25, self._refresh_attempts)
+
+    async def _follow(self, since: int) -> None:
+        client = self.console.client
+        output = self.query_one("#output", RichLog)
+        log = self.query_one("#events", RichLog)
+        with contextlib.suppress(JobDeckError):
+            async for e in client.events(since=since, job_ids=[self.job_id], types=["job.*", "job.output"]):
+                if e.get("type") == "job.output":
+                    output.write(str((e.get("data") or {}).get("text", "")).rstrip("\n"))
+                    continue
+                job = (e.get("data") or {}).get("job")
+                if isinstance(job, dict):
+                    self.job.update(job)
+                    self._show_job()
+                    self.refresh_refusals()
+                if e.get("type") in ("job.started", "job.succeeded", "job.failed", "job.dead", "job.cancelled"):
+                    self.attempts_stale = True
+                log.write(event_line(e, self.console.fmt.clock_time(epoch(e.get("ts"))), compact=True))
+
+    def _show_job(self) -> None:
+        j, d = self.job, self.console.fmt
+        line = Text.assemble(
+            (f"#{j['id']} ", "bold"), (f"{j.get('name')}   ", "bold"), state_text(j["state"], bool(j.get("cancel_requested"))),
+            f"    queue {j.get('queue')}   priority {j.get('priority')}   attempt {j.get('attempt')}/{j.get('max_attempts')}",
+            f"   agent {j.get('agent') or '-'}",
+        )  # fmt: skip
+        if j.get("last_error"):
+            line.append(f"\nlast error: {j['last_error']}", style="red")
+        if j.get("waiting_for"):
+            line.append(f"\nwaiting for: {j['waiting_for']}", style="yellow")
+        self.query_one("#summary", Static).update(line)
+        spec = {k: j.get(k) for k in ("task", "timeout", "backoff", "tags", "labels", "idempotency_key") if j.get(k)}
+        sched = Text.assemble(
+            ("Schedule\n", "bold"),
+            f"  created   {d.date_time(epoch(j.get('created_at')))}\n",
+            f"  run at    {d.date_time(epoch(j.get('run_at')))}\n",
+            f"  schedule  {j.get('schedule_id') or '-'}   fire time {d.date_time(epoch(j.get('fire_time')))}\n",
+            f"  finished  {d.date_time(epoch(j.get('finished_at')))}\n\n",
+            ("Spec", "bold"),
+        )
+        self.query_one("#spec", Static).update(Group(sched, Pretty(spec, indent_guides=True)))
+
+    async def _load_attempts(self) -> None:
+        d = self.console.fmt
+        try:
+            attempts = await self.console.client.attempts(self.job_id)
+        except JobDeckError:
+            return
+        table = self.query_one("#attempts", DataTable)
+        table.clear()
+        for a in attempts:
+            started, finished = a.get("started_at") or a.get("claimed_at"), a.get("finished_at")
+            took = (
+                (finished - started) if isinstance(started, float | int) and isinstance(finished, float | int) else None
+            )
+            table.add_row(
+                a.get("attempt"),
+                a.get("agent") or "-",
+                Text(a.get("outcome") or "-", style=OUTCOME_STYLES.get(a.get("outcome") or "", "red")),
+                d.clock_time(started if isinstance(started, float | int) else epoch(started)),
+                d.duration(took),
+                str(a.get("exit_code") if a.get("exit_code") is not None else "-"),
+                Text((a.get("error") or "").splitlines()[0][:200] if a.get("error") else "", style="red"),
+                key=str(a.get("attempt")),
+            )
+
+    async def _refresh_attempts(self) -> None:
+        if self.attempts_stale:
+            self.attempts_stale = False
+            await self._load_attempts()
+
+    # -- actions on this job
+
+    def target_queue(self) -> str | None:
+        return self.job.get("queue")
+
+    def action_back(self) -> None:
+        self.dismiss(None)
+
+    async def _act(self, action: str, verb: str) -> None:
+        await self.call(self.console.client.job_action(self.job_id, action), f"{verb}: job {self.job_id}")
+
+    async def action_pause(self) -> None:
+        await self._act("pause", "paused")
+
+    async def action_resume(self) -> None:
+        await self._act("resume", "resumed")
+
+    async def action_retry(self) -> None:
+        await self._act("retry", "retried")
+
+    async def action_cancel(self) -> None:
+        async def confirmed(yes: bool | None) -> None:
+            if yes:
+                await self._act("cancel", "cancelled")
+
+        self.app.push_screen(ConfirmScreen(f"Cancel job {self.job_id} ({self.job.get('name')})?",
+                                           "A running job is stopped first.", yes="Cancel"), confirmed)  # fmt: skip
+
+    async def _nudge(self, step: int) -> None:
+        new = int(self.job.get("priority", 0)) + step
+        await self.call(self.console.client.set_priority(self.job_id, new), f"priority of job {self.job_id}: {new}")
+
+    async def action_priority_up(self) -> None:
+        await self._nudge(+1)
+
+    async def action_priority_down(self) -> None:
+        await self._nudge(-1)
+
+    async def action_priority_set(self) -> None:
+        client = self.console.client
+
+        async def submit(text: str) -> Json:
+            try:
+                value = int(text.strip())
+            except ValueError:
+                raise ValueError(f"{text!r} is not a whole number") from None
+            return await client.set_priority(self.job_id, value)
+
+        self.app.push_screen(PromptScreen(f"Priority of job {self.job_id}", "-1000 … 1000, higher runs first",
+                                          submit, value=str(self.job.get("priority", 0))))  # fmt: skip

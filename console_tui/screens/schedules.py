@@ -1,0 +1,87 @@
+"""The Schedules view: timing, next fire times, paused, last result; pause, resume."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+from rich.text import Text
+
+from console_tui.actions import bindings_for
+from console_tui.format import epoch, state_text
+from console_tui.screens.base import Json
+from console_tui.screens.tables import TableView
+from core.errors import JobDeckError
+
+
+def timing(s: Json) -> str:
+    if s.get("cron"):
+        return f"{s['cron']} ({s.get('timezone') or 'UTC'})"
+    if s.get("interval"):
+        return f"every {s['interval']:g}s"
+    return "once"
+
+
+class SchedulesView(TableView):
+    view_name: ClassVar[str] = "schedules"
+    title: ClassVar[str] = "Schedules"
+    BINDINGS = bindings_for("schedules")
+    COLUMNS = (("id", "ID", 5), ("name", "NAME", 20), ("timing", "TIMING", 26), ("status", "STATUS", 8),
+               ("next", "NEXT FIRE", 20), ("in", "IN", 9), ("last", "LAST FIRED", 10), ("result", "LAST RESULT", 14),
+               ("fired", "FIRED", 6))  # fmt: skip
+    POLL_SECONDS = 10.0
+
+    def key(self, item: Json) -> str:
+        return str(item["id"])
+
+    async def fetch(self) -> list[Json]:
+        return await self.console.client.schedules()
+
+    async def enrich(self, items: list[Json]) -> None:
+        """The state of each schedule's latest job: the schedule API does not carry it."""
+        client = self.console.client
+
+        async def last(s: Json) -> None:
+            try:
+                page = await client.list_jobs(schedule_id=s["id"], limit=1)
+            except JobDeckError:
+                return
+            if page["jobs"]:
+                s["_last_job"] = page["jobs"][0]
+
+        await asyncio.gather(*(last(s) for s in items[:100]))
+
+    def cells(self, s: Json) -> list[Any]:
+        d = self.console.fmt
+        nxt = epoch(s.get("next_fire_at"))
+        job = s.get("_last_job")
+        result = Text.assemble(f"#{job['id']} ", state_text(job["state"])) if job else Text("-")
+        return [
+            Text(str(s["id"]), justify="right"),
+            s["name"],
+            timing(s),
+            Text("paused", style="bold magenta") if s.get("paused") else Text("active", style="green"),
+            d.date_time(nxt),
+            d.until(nxt) if not s.get("paused") else "-",
+            d.age(epoch(s.get("last_fire_at"))),
+            result,
+            Text(str(s.get("fired", 0)), justify="right"),
+        ]
+
+    def wants(self, event: Json) -> bool:
+        t = str(event.get("type", ""))
+        return t.startswith("schedule.") or (event.get("job_id") is not None and t in ("job.succeeded", "job.dead"))
+
+    def target_queue(self) -> str | None:
+        s = self.current()
+        return str((s.get("job") or {}).get("queue") or "default") if s else None
+
+    async def action_pause(self) -> None:
+        if s := self.current():
+            await self.call(self.console.client.schedule_action(s["id"], "pause"), f"schedule {s['name']} paused")
+            await self.reload()
+
+    async def action_resume(self) -> None:
+        if s := self.current():
+            await self.call(self.console.client.schedule_action(s["id"], "resume"), f"schedule {s['name']} resumed")
+            await self.reload()

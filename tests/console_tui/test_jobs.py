@@ -1,0 +1,181 @@
+"""The Jobs view against a real server: live changes from the API, every job action by key,
+refusals, the new-job form, filter, selection and bulk by filter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
+from console_tui.screens.jobs import JobsView
+from console_tui.screens.new_job import NewJobScreen
+from core.client import JobDeckClient
+from tests.conftest import ServerProcess, until
+from tests.console_tui.conftest import console, later
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def jobs_view(app: Any) -> JobsView:
+    return app.main_screen.query_one("#jobs", JobsView)
+
+
+def cell(view: JobsView, job_id: int, column: str) -> str:
+    if job_id not in view.rows:
+        return ""
+    value = view.table.get_cell(str(job_id), column)
+    return str(getattr(value, "plain", value))
+
+
+async def focus_job(view: JobsView, job_id: int) -> None:
+    await until(lambda: job_id in view.rows, 5, f"job {job_id} in the table")
+    view.table.move_cursor(row=view.table.get_row_index(str(job_id)))
+
+
+async def state_of(api: JobDeckClient, job_id: int) -> str:
+    return str((await api.get_job(job_id))["state"])
+
+
+async def test_a_change_through_the_api_shows_without_moving_the_cursor(
+    node: ServerProcess, api: JobDeckClient
+) -> None:
+    async with console(node.url) as (app, _):
+        view = jobs_view(app)
+        first = await api.submit(later("first", "live-q"))
+        await until(lambda: first["id"] in view.rows, 2, "the submitted job in the table")
+        await focus_job(view, first["id"])
+        await api.set_priority(first["id"], 7)
+        await until(lambda: cell(view, first["id"], "priority") == "7", 2, "the new priority in the row")
+        more = [await api.submit(later(f"more-{i}", "live-q")) for i in range(3)]
+        await until(lambda: all(j["id"] in view.rows for j in more), 2, "newer jobs above")
+        # new rows went in above; the cursor stayed on the same job
+        assert view.current() is not None and view.current()["id"] == first["id"]  # type: ignore[index]
+        await api.job_action(first["id"], "pause")
+        await until(lambda: cell(view, first["id"], "state") == "paused", 2, "the paused state")
+        assert view.current()["id"] == first["id"]  # type: ignore[index]
+
+
+async def test_job_actions_by_key(node: ServerProcess, api: JobDeckClient) -> None:
+    job = await api.submit(later("acted-on", "actions-q", priority=1))
+    async with console(node.url) as (app, pilot):
+        view = jobs_view(app)
+        await focus_job(view, job["id"])
+        await pilot.press("p")
+        await until(lambda: state_of(api, job["id"]), 5)
+        await until(lambda: cell(view, job["id"], "state") == "paused", 3, "paused in the table")
+        await pilot.press("u")
+        await until(lambda: cell(view, job["id"], "state") == "scheduled", 3, "resumed in the table")
+        await pilot.press("plus")
+        await until(lambda: cell(view, job["id"], "priority") == "2", 3, "priority raised")
+        await pilot.press("minus", "minus")
+        await until(lambda: cell(view, job["id"], "priority") == "0", 3, "priority lowered twice")
+        await pilot.press("equals_sign")
+        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the priority prompt")
+        app.screen.query_one("#value").value = ""  # type: ignore[attr-defined]
+        await pilot.press(*"5000", "enter")  # out of range: the server's message, in place
+        error = app.screen.query_one("#error")
+        await until(lambda: "priority" in str(error.render()), 3, "the server's message under the field")
+        app.screen.query_one("#value").value = ""  # type: ignore[attr-defined]
+        await pilot.press(*"42", "enter")
+        await until(lambda: not isinstance(app.screen, PromptScreen), 3, "the prompt to close")
+        await until(lambda: cell(view, job["id"], "priority") == "42", 3, "priority set exactly")
+        await pilot.press("c")
+        await until(lambda: isinstance(app.screen, ConfirmScreen), 3, "a confirmation")
+        await pilot.press("n")  # said no: nothing happens
+        assert await state_of(api, job["id"]) == "scheduled"
+        await pilot.press("c")
+        await until(lambda: isinstance(app.screen, ConfirmScreen), 3, "a confirmation")
+        await pilot.press("y")
+        await until(lambda: cell(view, job["id"], "state") == "cancelled", 3, "cancelled")
+        await pilot.press("R")
+        await until(lambda: cell(view, job["id"], "state") in ("queued", "running", "succeeded"), 3, "retried")
+
+
+async def test_a_refused_action_explains_and_changes_nothing(node: ServerProcess, api: JobDeckClient) -> None:
+    job = await api.submit({"task": {"kind": "shell", "command": "true"}, "queue": "refused-q"})
+    await api.wait_for(job["id"], timeout=10)
+    async with console(node.url) as (app, pilot):
+        view = jobs_view(app)
+        await focus_job(view, job["id"])
+        await pilot.press("p")  # a succeeded job cannot be paused: 409
+        await until(lambda: any("cannot pause" in str(n.message) for n in app._notifications), 3, "a notification")
+        assert await state_of(api, job["id"]) == "succeeded"
+        assert cell(view, job["id"], "state") == "succeeded"
+
+
+async def test_new_job_form_shows_the_servers_message_next_to_the_field(
+    node: ServerProcess, api: JobDeckClient
+) -> None:
+    async with console(node.url) as (app, pilot):
+        view = jobs_view(app)
+        await pilot.press("n")
+        await until(lambda: isinstance(app.screen, NewJobScreen), 3, "the form")
+        form = app.screen
+        form.query_one("#command").value = "echo from-the-form"  # type: ignore[attr-defined]
+        form.query_one("#queue").value = "bad queue!"  # type: ignore[attr-defined]
+        await pilot.press("ctrl+s")
+        err = form.query_one("#error-queue")
+        await until(lambda: "queue" in str(err.render()), 3, "the server's message under Queue")
+        assert isinstance(app.screen, NewJobScreen)
+        form.query_one("#queue").value = "form-q"  # type: ignore[attr-defined]
+        form.query_one("#name").value = "from-form"  # type: ignore[attr-defined]
+        await pilot.press("ctrl+s")
+        await until(lambda: not isinstance(app.screen, NewJobScreen), 3, "the form to close")
+        made = await until(lambda: [j for j in view.rows.values() if j.get("name") == "from-form"], 3, "the new job")
+        assert made[0]["queue"] == "form-q"
+
+
+async def test_filter_selection_and_bulk_by_filter(node: ServerProcess, api: JobDeckClient) -> None:
+    ids = [(await api.submit(later(f"bulk-{i}", "bulk-q")))["id"] for i in range(5)]
+    other = await api.submit(later("other", "other-q"))
+    async with console(node.url) as (app, pilot):
+        view = jobs_view(app)
+        await pilot.press("slash", *"queue:bulk-q state:scheduled", "enter")
+        await until(lambda: set(view.rows) == set(ids), 3, "only the filtered jobs")
+        # select two rows, pause them in one go
+        await focus_job(view, ids[-1])
+        await pilot.press("space", "space", "p")
+
+        async def paused() -> int:
+            return sum([await state_of(api, i) == "paused" for i in ids])
+
+        await until(lambda: paused(), 3, "two paused")
+        assert await paused() == 2
+        # a paused job leaves a state:scheduled view, except under the cursor
+        await until(lambda: len(view.rows) <= 4, 3, "paused rows to leave the filtered view")
+        # bulk by filter: cancel everything still scheduled in bulk-q
+        await pilot.press("B")
+        await pilot.press("c")
+        await pilot.press("y")
+        for i in ids[:3]:
+
+            async def cancelled(i: int = i) -> bool:
+                return await state_of(api, i) == "cancelled"
+
+            await until(cancelled, 5, f"job {i} cancelled by the bulk action")
+        states = {i: await state_of(api, i) for i in ids}
+        assert sorted(states.values()) == ["cancelled"] * 3 + ["paused"] * 2, states
+        assert await state_of(api, other["id"]) == "scheduled"  # outside the filter: untouched
+
+
+async def test_job_detail_shows_output_attempts_and_events(node: ServerProcess, api: JobDeckClient) -> None:
+    job = await api.submit({"task": {"kind": "shell", "command": "echo detail-output; exit 3"}, "queue": "detail-q",
+                            "name": "failing", "max_attempts": 1})  # fmt: skip
+    await api.wait_for(job["id"], timeout=10)
+    async with console(node.url) as (app, pilot):
+        view = jobs_view(app)
+        await focus_job(view, job["id"])
+        await pilot.press("enter")
+        screen = await until(lambda: app.screen if type(app.screen).__name__ == "JobDetailScreen" else None, 3)
+        out = screen.query_one("#output")
+        await until(lambda: any("detail-output" in line.text for line in out.lines), 3, "the output tail")
+        attempts = screen.query_one("#attempts")
+        await until(lambda: attempts.row_count == 1, 3, "one attempt")
+        assert "exit" in str(attempts.get_row_at(0)).lower() or attempts.get_row_at(0)[5] == "3"
+        events = screen.query_one("#events")
+        await until(lambda: any("job.dead" in line.text for line in events.lines), 3, "its events")
+        await pilot.press("R")  # replay from the dead-letter set, from the detail screen
+        await until(lambda: any("job.queued" in line.text for line in events.lines), 3, "the replay, live")
+        await pilot.press("escape")
+        assert app.screen is app.main_screen

@@ -1,0 +1,159 @@
+"""Queues, Schedules, Agents and Events views against a real server; roles; reconnecting; bad URLs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console_tui.permissions import Identity
+from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
+from console_tui.screens.help import HelpScreen
+from core.client import JobDeckClient
+from tests.conftest import ROOT, ServerProcess, free_port, spawn_agent, spawn_jobdeck, until
+from tests.console_tui.conftest import console, later, stop
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def view(app: Any, name: str) -> Any:
+    return app.main_screen.query_one(f"#{name}")
+
+
+async def select(table_view: Any, key: str) -> None:
+    await until(lambda: key in table_view.items, 5, f"{key} in the {table_view.view_name} view")
+    table_view.table.move_cursor(row=table_view.table.get_row_index(key))
+
+
+async def test_queue_pause_resume_and_concurrency(node: ServerProcess, api: JobDeckClient) -> None:
+    await api.submit(later("q", "ops-q"))
+    async with console(node.url) as (app, pilot):
+        await pilot.press("2")
+        queues = view(app, "queues")
+        await select(queues, "ops-q")
+        await pilot.press("p")
+        await until(lambda: queues.items["ops-q"]["paused"], 3, "the queue paused")
+        assert any(q["name"] == "ops-q" and q["paused"] for q in await api.queues())
+        await pilot.press("u")
+        await until(lambda: not queues.items["ops-q"]["paused"], 3, "the queue resumed")
+        await pilot.press("C")
+        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the concurrency prompt")
+        app.screen.query_one("#value").value = "3"
+        await pilot.press("enter")
+        await until(lambda: queues.items["ops-q"].get("concurrency") == 3, 3, "the limit shown")
+
+
+async def test_schedule_pause_resume(node: ServerProcess, api: JobDeckClient) -> None:
+    s = await api.create_schedule({"name": "nightly", "cron": "0 2 * * *", "timezone": "Europe/Paris",
+                                   "job": {"task": {"kind": "shell", "command": "true"}, "queue": "sched-q"}})  # fmt: skip
+    async with console(node.url) as (app, pilot):
+        await pilot.press("4")
+        schedules = view(app, "schedules")
+        await select(schedules, str(s["id"]))
+        await pilot.press("p")
+        await until(lambda: schedules.items[str(s["id"])]["paused"], 3, "the schedule paused")
+        assert (await api.get_schedule(s["id"]))["paused"]
+        await pilot.press("u")
+        await until(lambda: not schedules.items[str(s["id"])]["paused"], 3, "the schedule resumed")
+
+
+async def test_drain_an_agent_after_confirmation(node: ServerProcess, api: JobDeckClient, tmp_path: Path) -> None:
+    agent = spawn_agent(node.url, "drain-me", tmp_path, "--queues", "drain-q")
+    try:
+        await until(lambda: api.agents(), 10)
+        await until(lambda: _agent(api, "drain-me"), 10, "the agent to connect")
+        async with console(node.url) as (app, pilot):
+            await pilot.press("3")
+            agents = view(app, "agents")
+            await select(agents, "drain-me")
+            await pilot.press("d")
+            await until(lambda: isinstance(app.screen, ConfirmScreen), 3, "a confirmation")
+            await pilot.press("y")
+            await until(lambda: agents.items["drain-me"].get("draining"), 5, "the agent draining")
+    finally:
+        agent.terminate()
+        agent.wait(15)
+
+
+async def _agent(api: JobDeckClient, name: str) -> dict[str, Any] | None:
+    return next((a for a in await api.agents() if a["name"] == name), None)
+
+
+async def test_event_log_shows_changes_live(node: ServerProcess, api: JobDeckClient) -> None:
+    async with console(node.url) as (app, pilot):
+        await pilot.press("6")
+        job = await api.submit(later("logged", "log-q"))
+        log = view(app, "events").query_one("#log")
+        await until(lambda: any(f"#{job['id']}" in line.text for line in log.lines), 3, "the event line")
+
+
+async def test_a_viewer_sees_actions_disabled_with_the_reason(node: ServerProcess, api: JobDeckClient) -> None:
+    job = await api.submit(later("not-yours", "viewer-q"))
+    viewer = Identity(name="ada", role="viewer", auth="token", queues=("*",), allowed=frozenset({"jobs.read"}))
+    async with console(node.url, identity=viewer) as (app, pilot):
+        jobs = view(app, "jobs")
+        await until(lambda: job["id"] in jobs.rows, 3)
+        jobs.table.move_cursor(row=jobs.table.get_row_index(str(job["id"])))
+        assert jobs.check_action("pause", ()) is None  # shown, greyed out
+        assert jobs.refusal("pause") == "your role (viewer) does not allow jobs.write"
+        await pilot.press("p")
+        assert (await api.get_job(job["id"]))["state"] == "scheduled"
+        await pilot.press("question_mark")
+        await until(lambda: isinstance(app.screen, HelpScreen), 3)
+        rows = [str(c) for r in range(app.screen.query_one("#keys").row_count)
+                for c in app.screen.query_one("#keys").get_row_at(r)]  # fmt: skip
+        assert any("disabled: your role (viewer) does not allow jobs.write" in c for c in rows)
+        assert "ada · viewer (token)" in app.identity.label
+    operator = Identity(name="bo", role="operator", auth="oidc", queues=("team-*",), allowed=frozenset({"jobs.write"}))
+    assert operator.refusal("jobs.write", "viewer-q") == "queue 'viewer-q' is not one of yours (team-*)"
+    assert operator.refusal("jobs.write", "team-a") is None
+
+
+async def test_reconnects_after_the_server_restarts_and_misses_nothing(tmp_path: Path) -> None:
+    port = free_port()
+    data = tmp_path / "data"
+    sp = spawn_jobdeck(data, "server", port=port)
+    try:
+        async with JobDeckClient(sp.url) as api, console(sp.url) as (app, _):
+            jobs = view(app, "jobs")
+            seen: list[int] = []
+            app.on_batch = lambda events: seen.extend(e["seq"] for e in events if e.get("seq"))
+            before = await api.submit(later("before", "restart-q"))
+            await until(lambda: before["id"] in jobs.rows, 3)
+            sp.kill()
+            await until(lambda: app.connection.state == "reconnecting", 5, "the header to say reconnecting")
+            header = app.main_screen.query_one("ConsoleHeader")
+            assert "reconnecting" in str(header.render().renderables[0].columns[1]._cells)  # type: ignore[attr-defined]
+            sp = spawn_jobdeck(data, "server", port=port)
+            after = await api.submit(later("after", "restart-q"))
+            await api.job_action(before["id"], "pause")
+            await until(lambda: app.connection.state == "live", 10, "the feed live again")
+            await until(lambda: after["id"] in jobs.rows, 5, "a job made after the restart")
+            await until(lambda: jobs.rows[before["id"]]["state"] == "paused", 3, "a change made after the restart")
+            last = (await api.health())["last_seq"]
+            assert seen == list(range(1, last + 1)), "every event once, in order, across the restart"
+    finally:
+        stop(sp)
+
+
+def test_a_wrong_server_url_is_one_line_with_a_hint() -> None:
+    out = subprocess.run([sys.executable, "-m", "core.cli", "--server", f"http://127.0.0.1:{free_port()}", "console"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert out.returncode == 1
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach JobDeck"), lines
+    assert "Traceback" not in out.stderr
+
+
+async def test_the_command_palette_lists_every_action_of_the_view(node: ServerProcess) -> None:
+    from console_tui.actions import ACTIONS
+
+    async with console(node.url) as (app, _):
+        titles = [c.title for c in app.get_system_commands(app.main_screen)]  # type: ignore[arg-type]
+        wanted = [a.title for a in ACTIONS if "jobs" in a.views]
+        missing = [t for t in wanted if not any(c == t or c == f"{t} (disabled)" for c in titles)]
+        assert not missing, f"not in the palette: {missing}; it has {titles}"
+        assert {"Show Jobs", "Show Dead letters", "Show Events"} <= set(titles), titles
