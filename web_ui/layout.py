@@ -100,7 +100,16 @@ def _user() -> rx.Component:
             rx.cond(AppState.user_name != "", rx.text(AppState.user_name, size="2", id="user-name"), rx.fragment()),
             rx.badge(AppState.role, variant="outline", id="user-role"),
             rx.cond(
-                AppState.has_session, rx.link("Sign out", href="/auth/logout", size="2", id="sign-out"), rx.fragment()
+                AppState.has_session,
+                # a full page load: the backend route clears the cookie (a router link would stay in the page)
+                rx.button(
+                    "Sign out",
+                    size="1",
+                    variant="ghost",
+                    id="sign-out",
+                    on_click=rx.call_script("window.location.assign('/auth/logout')"),
+                ),
+                rx.fragment(),
             ),
             spacing="2",
             align="center",

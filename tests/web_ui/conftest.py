@@ -109,10 +109,14 @@ class Console:
     """Console errors and page errors seen by the pages of one test."""
 
     errors: list[str] = field(default_factory=list)
+    origins: tuple[str, ...] = ()  # the dashboards' origins; pages elsewhere (an IdP's) are not ours to judge
+
+    def elsewhere(self, url: str) -> bool:
+        return bool(self.origins) and not url.startswith(self.origins)
 
     def watch(self, page: Page) -> Page:
         def on_console(msg: ConsoleMessage) -> None:
-            if msg.type == "error":
+            if msg.type == "error" and not self.elsewhere(page.url):
                 self.errors.append(f"{page.url}: {msg.text}")
 
         page.on("console", on_console)
