@@ -96,6 +96,33 @@ def test_a_bulk_action_on_everything_matching_the_filter(open_page: OpenPage, we
     assert api(web, "get_job", other)["state"] == "scheduled"
 
 
+def test_a_bulk_action_on_selected_rows(open_page: OpenPage, web: Dashboard) -> None:
+    picked = [waiting_job(web, f"pick-{i}") for i in range(2)]
+    left = waiting_job(web, "pick-not")
+    page = open_page("/jobs")
+    for job_id in picked:
+        row(page, job_id).get_by_role("checkbox").click()
+    expect(page.locator("#selected-count")).to_contain_text("2 selected")
+    page.locator("#bulk-selected-cancel").click()
+    for job_id in picked:
+        expect(row(page, job_id).locator(".job-state")).to_have_text("cancelled")
+    expect(row(page, left).locator(".job-state")).to_have_text("scheduled")
+
+
+def test_a_job_can_be_submitted_with_the_keyboard_alone(open_page: OpenPage, web: Dashboard) -> None:
+    page = open_page("/jobs")
+    page.locator("#new-job").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("dialog").get_by_label("Command")).to_be_focused()
+    page.keyboard.type("echo typed")
+    page.keyboard.press("Tab")  # to Queue
+    page.keyboard.press("Tab")  # to Name
+    page.keyboard.type("keyboard-only")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    expect(page.locator("tr", has_text="keyboard-only")).to_be_visible()
+
+
 def test_overview_charts_render(open_page: OpenPage, web: Dashboard) -> None:
     api(web, "submit", {"task": {"kind": "shell", "argv": ["true"]}})
     page = open_page("/")
