@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -139,3 +140,13 @@ def test_an_operator_acts_only_on_its_teams_queues(signed_in: Callable[..., Page
     form.locator("#submit-job").click()
     expect(page.locator("[data-sonner-toast]").first).to_be_visible()
     assert len(admin(core, "list_jobs")["jobs"]) == before
+
+
+def test_an_admin_drains_an_agent(signed_in: Callable[..., Page]) -> None:
+    """Last in this module: the core's only agent takes no more work after it."""
+    page = signed_in("admin", "/agents")
+    drain = page.get_by_role("button", name=re.compile(r"^Drain agent "))
+    expect(drain).to_be_enabled()
+    drain.click()
+    expect(page.locator("#agents-table")).to_contain_text("draining")
+    expect(drain).to_be_disabled()
