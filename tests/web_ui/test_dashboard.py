@@ -192,6 +192,15 @@ def test_a_schedule_with_the_cron_preview_as_you_type(open_page: OpenPage, web: 
     saved = [s for s in api(web, "schedules") if s["name"] == "every-morning"]
     assert saved and (saved[0]["cron"], saved[0]["timezone"]) == ("30 6 * * *", "Asia/Tokyo"), saved
 
+    schedule_row = page.locator("#schedules-table tr", has_text="every-morning")
+    schedule_row.get_by_role("button", name="Edit").click()
+    expect(cron).to_have_value("30 6 * * *")
+    cron.fill("45 6 * * *")
+    expect(page.locator("#fire-times li").first).to_contain_text("06:45")
+    page.locator("#s-save").click()
+    expect(schedule_row).to_contain_text("45 6 * * *")
+    assert api(web, "get_schedule", saved[0]["id"])["cron"] == "45 6 * * *"
+
 
 def test_a_dead_job_is_replayed_from_the_dead_letters(open_page: OpenPage, web: Dashboard) -> None:
     spec = {"name": "doomed", "max_attempts": 1, "task": {"kind": "shell", "argv": ["false"]}}
