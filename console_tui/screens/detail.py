@@ -1,4 +1,4 @@
-"""One job: its spec and schedule, attempts with durations and errors, the live output tail and
+"""One job: its spec and times, attempts with durations and errors, the live output tail and
 its events; the job actions work here too. It follows the job on its own feed (with output)."""
 
 from __future__ import annotations
@@ -119,15 +119,16 @@ class JobDetailScreen(ConsoleMixin, Screen[None]):
             line.append(f"\nwaiting for: {j['waiting_for']}", style="yellow")
         self.query_one("#summary", Static).update(line)
         spec = {k: j.get(k) for k in ("task", "timeout", "backoff", "tags", "labels", "idempotency_key") if j.get(k)}
-        sched = Text.assemble(
-            ("Schedule\n", "bold"),
+        times = Text.assemble(
+            ("Times\n", "bold"),
             f"  created   {d.date_time(epoch(j.get('created_at')))}\n",
             f"  run at    {d.date_time(epoch(j.get('run_at')))}\n",
-            f"  schedule  {j.get('schedule_id') or '-'}   fire time {d.date_time(epoch(j.get('fire_time')))}\n",
-            f"  finished  {d.date_time(epoch(j.get('finished_at')))}\n\n",
-            ("Spec", "bold"),
+            f"  finished  {d.date_time(epoch(j.get('finished_at')))}\n",
         )
-        self.query_one("#spec", Static).update(Group(sched, Pretty(spec, indent_guides=True)))
+        if j.get("schedule_id"):  # made by a schedule: which one, and the fire time it stands for
+            times.append(f"  schedule  #{j['schedule_id']}, fire time {d.date_time(epoch(j.get('fire_time')))}\n")
+        times.append_text(Text.assemble("\n", ("Spec", "bold")))
+        self.query_one("#spec", Static).update(Group(times, Pretty(spec, indent_guides=True)))
 
     async def _load_attempts(self) -> None:
         d = self.console.fmt

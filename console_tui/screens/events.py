@@ -52,7 +52,7 @@ class EventsView(View):
     BINDINGS = bindings_for("events")
     DEFAULT_CSS = """
     EventsView #bar { height: 1; background: $boost; padding: 0 1; }
-    EventsView RichLog { height: 1fr; }
+    EventsView RichLog { height: 1fr; padding: 0 1; }
     EventsView #filter { display: none; }
     EventsView #filter.open { display: block; }
     """

@@ -16,7 +16,7 @@ from core.errors import JobDeckError
 
 def timing(s: Json) -> str:
     if s.get("cron"):
-        return f"{s['cron']} ({s.get('timezone') or 'UTC'})"
+        return f"{s['cron']} {s.get('timezone') or 'UTC'}"
     if s.get("interval"):
         return f"every {s['interval']:g}s"
     return "once"
@@ -26,9 +26,9 @@ class SchedulesView(TableView):
     view_name: ClassVar[str] = "schedules"
     title: ClassVar[str] = "Schedules"
     BINDINGS = bindings_for("schedules")
-    COLUMNS = (("id", "ID", 5), ("name", "NAME", 20), ("timing", "TIMING", 26), ("status", "STATUS", 8),
-               ("next", "NEXT FIRE", 20), ("in", "IN", 9), ("last", "LAST FIRED", 10), ("result", "LAST RESULT", 14),
-               ("fired", "FIRED", 6))  # fmt: skip
+    # 128 columns with the cell padding: the whole table fits a 130-column terminal, scroll bar included
+    COLUMNS = (("id", "ID", 4), ("name", "NAME", 16), ("timing", "TIMING", 29), ("status", "STATUS", 6),
+               ("next", "NEXT FIRE", 19), ("in", "IN", 9), ("last", "LAST FIRE", 24), ("fired", "FIRED", 5))  # fmt: skip
     POLL_SECONDS = 10.0
 
     def key(self, item: Json) -> str:
@@ -54,8 +54,9 @@ class SchedulesView(TableView):
     def cells(self, s: Json) -> list[Any]:
         d = self.console.fmt
         nxt = epoch(s.get("next_fire_at"))
-        job = s.get("_last_job")
-        result = Text.assemble(f"#{job['id']} ", state_text(job["state"])) if job else Text("-")
+        job, fired = s.get("_last_job"), epoch(s.get("last_fire_at"))
+        last = Text.assemble(f"#{job['id']} ", state_text(job["state"]), " ") if job else Text()
+        last.append(f"{d.age(fired)} ago" if fired is not None else "" if job else "-", style="dim")
         return [
             Text(str(s["id"]), justify="right"),
             s["name"],
@@ -63,8 +64,7 @@ class SchedulesView(TableView):
             Text("paused", style="bold magenta") if s.get("paused") else Text("active", style="green"),
             d.date_time(nxt),
             d.until(nxt) if not s.get("paused") else "-",
-            d.age(epoch(s.get("last_fire_at"))),
-            result,
+            last,
             Text(str(s.get("fired", 0)), justify="right"),
         ]
 

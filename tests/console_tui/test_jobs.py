@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
 from console_tui.screens.jobs import JobsView
@@ -173,9 +174,20 @@ async def test_job_detail_shows_output_attempts_and_events(node: ServerProcess, 
         attempts = screen.query_one("#attempts")
         await until(lambda: attempts.row_count == 1, 3, "one attempt")
         assert "exit" in str(attempts.get_row_at(0)).lower() or attempts.get_row_at(0)[5] == "3"
+        spec = plain(screen.query_one("#spec").content)
+        assert spec.startswith("Times\n") and "finished" in spec, spec  # when it ran, not a "Schedule"
+        assert "schedule" not in spec, f"a job no schedule made shows no schedule line: {spec}"
         events = screen.query_one("#events")
         await until(lambda: any("job.dead" in line.text for line in events.lines), 3, "its events")
         await pilot.press("R")  # replay from the dead-letter set, from the detail screen
         await until(lambda: any("job.queued" in line.text for line in events.lines), 3, "the replay, live")
         await pilot.press("escape")
         assert app.screen is app.main_screen
+
+
+def plain(renderable: Any) -> str:
+    """What a renderable shows, as text."""
+    out = Console(width=100, color_system=None)
+    with out.capture() as captured:
+        out.print(renderable)
+    return captured.get()
