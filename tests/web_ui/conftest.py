@@ -94,8 +94,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(5)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Debian's chromium, one per test module: Playwright's sync API runs an event loop in this
+    thread while it is open, which asyncio tests collected after these must not find running."""
     config_home = tempfile.mkdtemp(prefix="jobdeck-chromium-")
     os.environ["XDG_CONFIG_HOME"] = config_home  # chromium leaves nothing in $HOME
     with sync_playwright() as p:
