@@ -89,9 +89,10 @@ async def web_lag(ctx: RunContext) -> list[Figure]:
     from playwright.async_api import async_playwright
 
     seconds = ctx.scale.pickup_seconds
-    os.environ.setdefault("XDG_CONFIG_HOME", tempfile.mkdtemp(prefix="jobdeck-chromium-"))
+    config_home = tempfile.mkdtemp(prefix="jobdeck-chromium-")  # chromium leaves nothing in $HOME
+    env = {**os.environ, "XDG_CONFIG_HOME": config_home, "XDG_CACHE_HOME": config_home}
     async with ctx.server("web-lag", 4) as (srv, client), dashboard(srv.url, ctx) as web, async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, env=env)
         try:
             page = await browser.new_page(viewport={"width": 1400, "height": 900})
             await page.goto(web + "/jobs")
@@ -139,6 +140,7 @@ async def web_lag(ctx: RunContext) -> list[Figure]:
             figures += await _page_timings(page, web)
         finally:
             await browser.close()
+            shutil.rmtree(config_home, ignore_errors=True)
     return figures
 
 

@@ -98,12 +98,15 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def browser() -> Iterator[Browser]:
     """Debian's chromium, one per test module: Playwright's sync API runs an event loop in this
     thread while it is open, which asyncio tests collected after these must not find running."""
-    config_home = tempfile.mkdtemp(prefix="jobdeck-chromium-")
-    os.environ["XDG_CONFIG_HOME"] = config_home  # chromium leaves nothing in $HOME
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with tempfile.TemporaryDirectory(prefix="jobdeck-chromium-") as config_home, sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, env=chromium_env(config_home))
         yield b
         b.close()
+
+
+def chromium_env(config_home: str) -> dict[str, str]:
+    """Chromium's environment: its profile and caches in `config_home`, nothing in $HOME."""
+    return {**os.environ, "XDG_CONFIG_HOME": config_home, "XDG_CACHE_HOME": config_home}
 
 
 @dataclass

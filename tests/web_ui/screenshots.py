@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.client import JobDeckClient
 from tests.conftest import ROOT, free_port, spawn_jobdeck
-from tests.web_ui.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.web_ui.conftest import CHROMIUM, CHROMIUM_ARGS, chromium_env
 
 PAGES = (("overview", "/"), ("jobs", "/jobs"), ("job", "/jobs/{running}"), ("queues", "/queues"),
          ("agents", "/agents"), ("schedules", "/schedules"), ("dead", "/dead"))  # fmt: skip
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         _wait_up(web, url, log)
         running = asyncio.run(demo_work(core.url))
         args.out.mkdir(parents=True, exist_ok=True)
-        os.environ.setdefault("XDG_CONFIG_HOME", str(tmp / "xdg"))
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                         env=chromium_env(str(tmp / "xdg")))  # fmt: skip
             for scheme in ("light", "dark"):
                 ctx = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme=scheme)
                 page = ctx.new_page()
