@@ -32,6 +32,9 @@ def reflex_env(base: dict[str, str] | None = None) -> dict[str, str]:
         REFLEX_DIR=str(REFLEX_HOME),
         REFLEX_TELEMETRY_ENABLED="false",
         REFLEX_CHECK_LATEST_VERSION="false",
+        # bun's package cache beside Reflex's home: every build folder shares it, $HOME gets nothing
+        BUN_INSTALL_CACHE_DIR=env.get("BUN_INSTALL_CACHE_DIR") or str(REFLEX_HOME / "bun-cache"),
+        BUN_INSTALL=env.get("BUN_INSTALL") or str(BUN.parent.parent),
         NEXT_TELEMETRY_DISABLED="1",
         DO_NOT_TRACK="1",
     )
