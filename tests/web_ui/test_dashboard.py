@@ -90,6 +90,8 @@ def test_a_bulk_action_on_everything_matching_the_filter(open_page: OpenPage, we
     a.get_by_label("Name starts with").fill("bulkgrp")
     expect(a.locator("#jobs-table tbody tr")).to_have_count(5)
     a.locator("#bulk-filter-pause").click()
+    expect(a.get_by_role("alertdialog")).to_contain_text("every job with name starting with 'bulkgrp'")
+    a.locator("#bulk-confirm").click()
     for job_id in ids:
         expect(row(b, job_id).locator(".job-state")).to_have_text("paused")
     expect(a.get_by_text("pause: 5 of 5 jobs changed")).to_be_visible()

@@ -8,7 +8,6 @@ from typing import Any
 import reflex as rx
 
 from core.errors import JobDeckError
-from web_ui.bulk import bulk
 from web_ui.format import STATES, job_row
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
@@ -39,6 +38,7 @@ class JobsState(AppState):
     next_cursor: int = 0
     selected: list[str] = []
     bulk_priority: str = ""
+    confirm_action: str = ""  # a bulk action on the whole filter waiting for a yes
     # the priority dialog
     prio_job: str = ""
     prio_value: str = ""
@@ -132,8 +132,28 @@ class JobsState(AppState):
         await self.load()
         return rx.toast.success(f"job {job_id}: priority {self.prio_value}", duration=2000)
 
+    def ask_bulk(self, action: str, scope: str) -> Any:
+        """A bulk action on the selection runs at once; on everything matching the filter it asks first."""
+        if scope == "selected":
+            return JobsState.bulk(action, scope)
+        self.confirm_action = action
+        return None
+
+    def cancel_bulk(self) -> None:
+        self.confirm_action = ""
+
+    @rx.var
+    def filter_text(self) -> str:
+        """The filter in words, for the confirmation."""
+        parts = [f"state {self.f_state}" if self.f_state != "all" else ""]
+        parts += [f"{label} {value.strip()!r}" for label, value in (("queue", self.f_queue),
+                  ("name starting with", self.f_name), ("tag", self.f_tag)) if value.strip()]  # fmt: skip
+        text = ", ".join(p for p in parts if p)
+        return f"every job with {text}" if text else "every job in the store (no filter is set)"
+
     async def bulk(self, action: str, scope: str) -> Any:
         """`action` on the selected jobs (scope "selected") or on every job matching the filter ("filter")."""
+        self.confirm_action = ""
         kwargs: dict[str, Any] = {}
         if action == "priority":
             try:
@@ -145,7 +165,7 @@ class JobsState(AppState):
         else:
             kwargs["filter"] = self._filter()
         try:
-            got = await bulk(self.client(), action, **kwargs)
+            got = await self.client().bulk(action, **kwargs)
         except JobDeckError as exc:
             return self.failed(exc)
         self.selected = []
@@ -297,7 +317,7 @@ def _bulk_bar() -> rx.Component:
                 a.capitalize(),
                 size="1",
                 variant="soft",
-                on_click=JobsState.bulk(a, scope),
+                on_click=JobsState.ask_bulk(a, scope),
                 disabled=~AppState.can_write_jobs,
                 id=f"bulk-{scope}-{a}",
             )
@@ -307,7 +327,7 @@ def _bulk_bar() -> rx.Component:
                 "Set priority",
                 size="1",
                 variant="soft",
-                on_click=JobsState.bulk("priority", scope),
+                on_click=JobsState.ask_bulk("priority", scope),
                 disabled=~AppState.can_write_jobs,
                 id=f"bulk-{scope}-priority",
             )
@@ -385,4 +405,40 @@ def jobs_page() -> rx.Component:
             spacing="2",
         ),
         priority_dialog(),
+        confirm_dialog(),
+    )
+
+
+def confirm_dialog() -> rx.Component:
+    """Asks before a bulk action on everything matching the filter."""
+    return rx.alert_dialog.root(
+        rx.alert_dialog.content(
+            rx.alert_dialog.title("Apply ", JobsState.confirm_action, " to all matching jobs?"),
+            rx.alert_dialog.description(
+                rx.text(
+                    "This applies ",
+                    rx.text.strong(JobsState.confirm_action),
+                    " to ",
+                    JobsState.filter_text,
+                    ". Jobs whose state does not allow it are left as they are.",
+                ),
+            ),
+            rx.hstack(
+                rx.alert_dialog.cancel(
+                    rx.button("Cancel", variant="soft", color_scheme="gray", on_click=JobsState.cancel_bulk)
+                ),
+                rx.alert_dialog.action(
+                    rx.button(
+                        "Apply",
+                        color_scheme="orange",
+                        id="bulk-confirm",
+                        on_click=JobsState.bulk(JobsState.confirm_action, "filter"),
+                    )
+                ),
+                justify="end",
+                spacing="3",
+                margin_top="1rem",
+            ),
+        ),
+        open=JobsState.confirm_action != "",
     )

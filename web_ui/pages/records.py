@@ -8,7 +8,6 @@ from typing import Any
 import reflex as rx
 
 from core.errors import JobDeckError
-from web_ui.bulk import bulk
 from web_ui.format import ago, clock
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
@@ -87,7 +86,7 @@ class DeadState(AppState):
 
     async def replay_all(self) -> Any:
         try:
-            got = await bulk(self.client(), "retry", filter=self._filter())
+            got = await self.client().bulk("retry", filter=self._filter())
         except JobDeckError as exc:
             return self.failed(exc)
         await self.fetch()
