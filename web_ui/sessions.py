@@ -57,17 +57,7 @@ def _new_session(token: str, expires_at: float, user: dict[str, Any], secure: bo
 
 async def auth_config(client: JobDeckClient) -> dict[str, Any]:
     """How the core signs people in (`/auth/config`): `{"auth": "none|token|oidc", "web_login": bool}`."""
-    call = getattr(client, "auth_config", None)
-    if call is not None:
-        return dict(await call())
-    return dict(await client._call("GET", "/auth/config"))  # until core.client has auth_config()
-
-
-async def _exchange(client: JobDeckClient, ticket: str) -> dict[str, Any]:
-    call = getattr(client, "exchange_ticket", None)
-    if call is not None:
-        return dict(await call(ticket))
-    return dict(await client._call("POST", "/auth/ticket", json={"ticket": ticket}))  # until exchange_ticket()
+    return await client.auth_config()
 
 
 _PENDING: dict[str, tuple[str, float]] = {}  # one-time code -> (token, expires at)
@@ -106,7 +96,7 @@ async def auth_done(request: Request) -> Response:
     if not ticket:
         return PlainTextResponse("sign-in failed: no ticket", status_code=400)
     try:
-        got = await _exchange(client_for(None), ticket)
+        got = await client_for(None).exchange_ticket(ticket)
     except JobDeckError as exc:
         return RedirectResponse("/?signin_error=" + quote(exc.message), status_code=303)
     expires_at = float(got.get("expires_at") or 0)
