@@ -131,11 +131,13 @@ class JobDeckClient:
         ids: Sequence[int] | None = None,
         filter: Json | None = None,
         priority: int | None = None,
+        dry_run: bool = False,
     ) -> Json:
         """Act on many jobs at once: the listed `ids`, or every job matching `filter` (the keys of
         `list_jobs`: state, queue, name_prefix, tag). action: cancel, pause, resume, retry or
-        priority (with `priority`). Returns `{"matched", "changed", "errors": [{"id", "error", "message"}]}`."""
-        body: Json = {"action": action}
+        priority (with `priority`). Returns `{"matched", "changed", "errors": [{"id", "error", "message"}]}`;
+        with `dry_run` nothing changes and `matched` says how many jobs the selection takes."""
+        body: Json = {"action": action, **({"dry_run": True} if dry_run else {})}
         if ids is not None:
             body["ids"] = list(ids)
         if filter is not None:

@@ -110,6 +110,9 @@ async def bulk_action(body: BulkAction, engine: EngineDep, request: Request) -> 
             if len(page) < 1000:
                 break
             cursor = page[-1].id
+    if body.dry_run:
+        return {"action": body.action, "matched": len(ids), "changed": 0, "errors": [], "error_count": 0,
+                "dry_run": True}  # fmt: skip
     p = principal_of(request)
 
     def check(job: Job) -> None:

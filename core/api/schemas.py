@@ -242,6 +242,7 @@ class BulkAction(_Strict):
     ids: list[int] | None = Field(None, min_length=1, max_length=BULK_MAX)
     filter: JobSelection | None = None
     priority: int | None = Field(None, ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    dry_run: bool = False  # only count what the selection matches (for "cancel 3,412 jobs?")
 
     @model_validator(mode="after")
     def _one_selection(self) -> BulkAction:
