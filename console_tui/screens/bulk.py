@@ -35,6 +35,7 @@ class BulkScreen(ModalScreen[None]):
         super().__init__()
         self.filter = query
         self.action_name: str | None = None
+        self.matched: int | None = None  # what a dry run of the chosen action counted; None until it answers
 
     @property
     def console(self) -> ConsoleApp:
@@ -56,25 +57,45 @@ class BulkScreen(ModalScreen[None]):
             return
         if self.action_name is None and key in CHOICES:
             self.action_name = CHOICES[key][0]
-            if self.action_name == "priority":
-                box = self.query_one("#priority", Input)
-                box.disabled = False
-                box.add_class("open")
-                box.focus()
-            else:
-                self._ask(CHOICES[key][1])
+            self.matched = None
+            self.query_one("#prompt", Static).update("counting the jobs it would touch …")
+            self.run_worker(self._count(self.action_name, CHOICES[key][1]), exclusive=True, group="count")
             getattr(event, "stop", lambda: None)()
-        elif self.action_name and key in ("y", "Y"):
+        elif self.action_name and self.matched and key in ("y", "Y"):  # only once the count is shown
             getattr(event, "stop", lambda: None)()
             self.run_worker(self._run(None))
         elif self.action_name and key in ("n", "N"):
-            self.action_name = None
+            self.action_name, self.matched = None, None
             self.query_one("#prompt", Static).update("")
 
-    def _ask(self, verb: str) -> None:
-        self.query_one("#prompt", Static).update(
-            f"[b]{verb.capitalize()}[/b] every job matching [b]{self.filter.text() or 'no filter'}[/b]?  y: yes   n: no"
-        )
+    async def _count(self, action: str, verb: str) -> None:
+        """Ask the server how many jobs the action would touch (a dry run changes nothing), then ask."""
+        try:
+            result = await self.console.client.bulk(action, filter=self.filter.params(), dry_run=True)
+        except JobDeckError as exc:
+            self.query_one("#error", Static).update(exc.message)
+            self.query_one("#prompt", Static).update("")
+            self.action_name = None
+            return
+        if action != self.action_name:  # another choice was made meanwhile
+            return
+        self.matched = int(result.get("matched") or 0)
+        flt = self.filter.text()
+        where = f"matching [b]{flt}[/b]" if flt else "[b](no filter: every job)[/b]"
+        if not self.matched:
+            self.action_name = None  # nothing to confirm: another action can be chosen at once
+            none = f"No job matches [b]{flt}[/b]" if flt else "There are no jobs"
+            self.query_one("#prompt", Static).update(f"{none}: nothing to {verb}.")
+            return
+        jobs = f"{self.matched:,} job{'' if self.matched == 1 else 's'}"
+        if action == "priority":
+            self.query_one("#prompt", Static).update(f"[b]{verb.capitalize()}[/b] {jobs} {where}: type it, then enter")
+            box = self.query_one("#priority", Input)
+            box.disabled = False
+            box.add_class("open")
+            box.focus()
+        else:
+            self.query_one("#prompt", Static).update(f"[b]{verb.capitalize()}[/b] {jobs} {where}?  y: yes   n: no")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:

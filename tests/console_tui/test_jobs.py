@@ -148,6 +148,14 @@ async def test_filter_selection_and_bulk_by_filter(node: ServerProcess, api: Job
         # bulk by filter: cancel everything still scheduled in bulk-q
         await pilot.press("B")
         await pilot.press("c")
+        # a dry run counts what the action would touch before it asks
+        prompt = app.screen.query_one("#prompt")
+        expected = "Cancel 3 jobs matching state:scheduled queue:bulk-q?"
+        try:
+            await until(lambda: expected in str(prompt.render()), 3, expected)
+        except AssertionError:
+            raise AssertionError(f"expected {expected!r} in the dialog; it shows {str(prompt.render())!r}") from None
+        assert [await state_of(api, i) for i in ids[:3]] == ["scheduled"] * 3  # the dry run changed nothing
         await pilot.press("y")
         for i in ids[:3]:
 
