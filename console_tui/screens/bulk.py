@@ -23,7 +23,8 @@ CHOICES = {"c": ("cancel", "cancel"), "p": ("pause", "pause"), "u": ("resume", "
 
 
 class BulkScreen(ModalScreen[None]):
-    """Press the action's key, then y to confirm; the server acts on everything the filter matches."""
+    """Press the action's key (and type the priority), see how many jobs it would touch, then y to confirm;
+    the server acts on everything the filter matches."""
 
     DEFAULT_CSS = (
         "BulkScreen { align: center middle; } #priority { display: none; } #priority.open { display: block; }"
@@ -36,6 +37,7 @@ class BulkScreen(ModalScreen[None]):
         self.filter = query
         self.action_name: str | None = None
         self.matched: int | None = None  # what a dry run of the chosen action counted; None until it answers
+        self.priority: int | None = None
 
     @property
     def console(self) -> ConsoleApp:
@@ -57,45 +59,26 @@ class BulkScreen(ModalScreen[None]):
             return
         if self.action_name is None and key in CHOICES:
             self.action_name = CHOICES[key][0]
-            self.matched = None
-            self.query_one("#prompt", Static).update("counting the jobs it would touch …")
-            self.run_worker(self._count(self.action_name, CHOICES[key][1]), exclusive=True, group="count")
+            if self.action_name == "priority":  # counted once the value is in (the server wants it)
+                box = self.query_one("#priority", Input)
+                box.disabled = False
+                box.add_class("open")
+                box.focus()
+            else:
+                self._count(None)
             getattr(event, "stop", lambda: None)()
         elif self.action_name and self.matched and key in ("y", "Y"):  # only once the count is shown
             getattr(event, "stop", lambda: None)()
-            self.run_worker(self._run(None))
+            self.run_worker(self._run(self.priority))
         elif self.action_name and key in ("n", "N"):
-            self.action_name, self.matched = None, None
-            self.query_one("#prompt", Static).update("")
+            self._reset()
 
-    async def _count(self, action: str, verb: str) -> None:
-        """Ask the server how many jobs the action would touch (a dry run changes nothing), then ask."""
-        try:
-            result = await self.console.client.bulk(action, filter=self.filter.params(), dry_run=True)
-        except JobDeckError as exc:
-            self.query_one("#error", Static).update(exc.message)
-            self.query_one("#prompt", Static).update("")
-            self.action_name = None
-            return
-        if action != self.action_name:  # another choice was made meanwhile
-            return
-        self.matched = int(result.get("matched") or 0)
-        flt = self.filter.text()
-        where = f"matching [b]{flt}[/b]" if flt else "[b](no filter: every job)[/b]"
-        if not self.matched:
-            self.action_name = None  # nothing to confirm: another action can be chosen at once
-            none = f"No job matches [b]{flt}[/b]" if flt else "There are no jobs"
-            self.query_one("#prompt", Static).update(f"{none}: nothing to {verb}.")
-            return
-        jobs = f"{self.matched:,} job{'' if self.matched == 1 else 's'}"
-        if action == "priority":
-            self.query_one("#prompt", Static).update(f"[b]{verb.capitalize()}[/b] {jobs} {where}: type it, then enter")
-            box = self.query_one("#priority", Input)
-            box.disabled = False
-            box.add_class("open")
-            box.focus()
-        else:
-            self.query_one("#prompt", Static).update(f"[b]{verb.capitalize()}[/b] {jobs} {where}?  y: yes   n: no")
+    def _reset(self) -> None:
+        self.action_name, self.matched, self.priority = None, None, None
+        self.query_one("#prompt", Static).update("")
+        box = self.query_one("#priority", Input)
+        box.disabled = True
+        box.remove_class("open")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:
@@ -103,7 +86,43 @@ class BulkScreen(ModalScreen[None]):
         except ValueError:
             self.query_one("#error", Static).update(f"{event.value!r} is not a whole number")
             return
-        self.run_worker(self._run(value))
+        self.query_one("#error", Static).update("")
+        event.input.disabled = True  # keys go to the dialog again: y / n
+        self._count(value)
+
+    def _count(self, priority: int | None) -> None:
+        assert self.action_name is not None
+        self.matched, self.priority = None, priority
+        self.query_one("#prompt", Static).update("counting the jobs it would touch …")
+        self.run_worker(self._ask(self.action_name, priority), exclusive=True, group="count")
+
+    async def _ask(self, action: str, priority: int | None) -> None:
+        """Ask the server how many jobs the action would touch (a dry run changes nothing), then ask the user."""
+        try:
+            result = await self.console.client.bulk(
+                action, filter=self.filter.params(), priority=priority, dry_run=True
+            )
+        except JobDeckError as exc:
+            if action == self.action_name:
+                self._reset()
+                self.query_one("#error", Static).update(exc.message)
+            return
+        if action != self.action_name:  # given up meanwhile
+            return
+        flt = self.filter.text()
+        verb = dict(CHOICES.values())[action]
+        matched = int(result.get("matched") or 0)
+        if not matched:
+            self._reset()  # nothing to confirm: another action can be chosen at once
+            none = f"No job matches [b]{flt}[/b]" if flt else "There are no jobs"
+            self.query_one("#prompt", Static).update(f"{none}: nothing to {verb}.")
+            return
+        self.matched = matched
+        where = f"matching [b]{flt}[/b]" if flt else "[b](no filter: every job)[/b]"
+        to = "" if priority is None else f" to {priority}"
+        self.query_one("#prompt", Static).update(
+            f"[b]{verb.capitalize()}[/b] {matched:,} job{'' if matched == 1 else 's'} {where}{to}?  y: yes   n: no"
+        )
 
     async def _run(self, priority: int | None) -> None:
         assert self.action_name is not None

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from console_tui.screens.bulk import BulkScreen
 from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
 from console_tui.screens.jobs import JobsView
 from console_tui.screens.new_job import NewJobScreen
@@ -166,6 +167,15 @@ async def test_filter_selection_and_bulk_by_filter(node: ServerProcess, api: Job
         states = {i: await state_of(api, i) for i in ids}
         assert sorted(states.values()) == ["cancelled"] * 3 + ["paused"] * 2, states
         assert await state_of(api, other["id"]) == "scheduled"  # outside the filter: untouched
+        # nothing is scheduled in bulk-q any more: the dialog says so instead of asking
+        await until(lambda: not isinstance(app.screen, BulkScreen), 3, "the bulk dialog to close")
+        await pilot.press("B", "equals_sign", "7", "enter")
+        prompt = app.screen.query_one("#prompt")
+        expected = "No job matches state:scheduled queue:bulk-q: nothing to set the priority of."
+        try:
+            await until(lambda: expected in str(prompt.render()), 3, expected)
+        except AssertionError:
+            raise AssertionError(f"expected {expected!r} in the dialog; it shows {str(prompt.render())!r}") from None
 
 
 async def test_job_detail_shows_output_attempts_and_events(node: ServerProcess, api: JobDeckClient) -> None:
