@@ -90,7 +90,12 @@ def test_a_bulk_action_on_everything_matching_the_filter(open_page: OpenPage, we
     a.get_by_label("Name starts with").fill("bulkgrp")
     expect(a.locator("#jobs-table tbody tr")).to_have_count(5)
     a.locator("#bulk-filter-pause").click()
-    expect(a.get_by_role("alertdialog")).to_contain_text("every job with name starting with 'bulkgrp'")
+    dialog = a.get_by_role("alertdialog")
+    expect(dialog).to_contain_text("every job with name starting with 'bulkgrp'")
+    # a dry run counted what it would touch, and changed nothing
+    expect(dialog.get_by_role("heading")).to_have_text("Apply pause to 5 jobs?")
+    expect(dialog.locator("#bulk-count")).to_have_text("5 jobs")
+    assert [api(web, "get_job", i)["state"] for i in ids] == ["scheduled"] * 5
     a.locator("#bulk-confirm").click()
     for job_id in ids:
         expect(row(b, job_id).locator(".job-state")).to_have_text("paused")

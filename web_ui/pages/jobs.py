@@ -39,6 +39,7 @@ class JobsState(AppState):
     selected: list[str] = []
     bulk_priority: str = ""
     confirm_action: str = ""  # a bulk action on the whole filter waiting for a yes
+    confirm_matched: int = 0  # how many jobs it would touch (a dry run's count)
     # the priority dialog
     prio_job: str = ""
     prio_value: str = ""
@@ -132,12 +133,32 @@ class JobsState(AppState):
         await self.load()
         return rx.toast.success(f"job {job_id}: priority {self.prio_value}", duration=2000)
 
-    def ask_bulk(self, action: str, scope: str) -> Any:
-        """A bulk action on the selection runs at once; on everything matching the filter it asks first."""
+    async def ask_bulk(self, action: str, scope: str) -> Any:
+        """A bulk action on the selection runs at once; on everything matching the filter it counts
+        the jobs with a dry run (nothing changes), then asks."""
         if scope == "selected":
             return JobsState.bulk(action, scope)
+        kwargs: dict[str, Any] = {}
+        if action == "priority":  # the server wants the priority even to count
+            try:
+                kwargs["priority"] = int(self.bulk_priority)
+            except ValueError:
+                return rx.toast.error("set a whole-number priority first")
+        try:
+            got = await self.client().bulk(action, filter=self._filter(), dry_run=True, **kwargs)
+        except JobDeckError as exc:
+            return self.failed(exc)
+        self.confirm_matched = int(got.get("matched") or 0)
+        if not self.confirm_matched:
+            return rx.toast.info(f"{action}: no job matches the filter", duration=3000)
         self.confirm_action = action
         return None
+
+    @rx.var
+    def confirm_count(self) -> str:
+        """The dry run's count in words: "3,412 jobs"."""
+        n = self.confirm_matched
+        return f"{n:,} job{'' if n == 1 else 's'}"
 
     def cancel_bulk(self) -> None:
         self.confirm_action = ""
@@ -413,12 +434,14 @@ def confirm_dialog() -> rx.Component:
     """Asks before a bulk action on everything matching the filter."""
     return rx.alert_dialog.root(
         rx.alert_dialog.content(
-            rx.alert_dialog.title("Apply ", JobsState.confirm_action, " to all matching jobs?"),
+            rx.alert_dialog.title("Apply ", JobsState.confirm_action, " to ", JobsState.confirm_count, "?"),
             rx.alert_dialog.description(
                 rx.text(
                     "This applies ",
                     rx.text.strong(JobsState.confirm_action),
                     " to ",
+                    rx.text.strong(JobsState.confirm_count, id="bulk-count"),
+                    " matching the filter: ",
                     JobsState.filter_text,
                     ". Jobs whose state does not allow it are left as they are.",
                 ),
