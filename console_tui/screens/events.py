@@ -13,8 +13,10 @@ from textual.widgets import Input, RichLog, Static
 from console_tui.actions import bindings_for
 from console_tui.format import STATE_STYLES, epoch
 from console_tui.screens.base import Json, View
+from core.errors import JobDeckError
 
 KEEP = 2000
+HISTORY = 200  # events committed before the view first opens that it shows too
 
 
 def event_line(e: Json, clock_time: str, *, compact: bool = False) -> Text:
@@ -46,6 +48,23 @@ def event_line(e: Json, clock_time: str, *, compact: bool = False) -> Text:
     )
 
 
+def merge_by_seq(history: list[Json], live: list[Json]) -> list[Json]:
+    """Both lists in seq order, each event once; an event without a seq (ephemeral) stays after the
+    event it followed in `live`."""
+    keyed: list[tuple[tuple[int, int], Json]] = []
+    last = 0
+    for e in live:
+        if e.get("seq") is None:
+            keyed.append(((last, 1), e))
+        else:
+            last = int(e["seq"])
+            keyed.append(((last, 0), e))
+    have = {e["seq"] for e in live if e.get("seq") is not None}
+    keyed += [((int(e["seq"]), 0), e) for e in history if e.get("seq") is not None and e["seq"] not in have]
+    keyed.sort(key=lambda pair: pair[0])
+    return [e for _, e in keyed]
+
+
 class EventsView(View):
     view_name: ClassVar[str] = "events"
     title: ClassVar[str] = "Events"
@@ -62,6 +81,8 @@ class EventsView(View):
         self.events: deque[Json] = deque(maxlen=KEEP)
         self.text = ""
         self.unshown: list[Json] = []
+        self.newest = 0  # the highest seq kept: the feed can hand over again what the history read already had
+        self.history_loaded = False
 
     def compose(self) -> ComposeResult:
         yield Static("", id="bar")
@@ -78,6 +99,8 @@ class EventsView(View):
         return not self.text or self.text.lower() in line.plain.lower()
 
     def apply_events(self, events: list[Json]) -> None:
+        events = [e for e in events if e.get("seq") is None or e["seq"] > self.newest]
+        self.newest = max([self.newest, *(e["seq"] for e in events if e.get("seq") is not None)])
         self.events.extend(events)
         if not self.display:
             self.unshown.extend(events)
@@ -95,7 +118,21 @@ class EventsView(View):
         shown = f"filter: {self.text}" if self.text else "all events"
         self.query_one("#bar", Static).update(f"{shown}  ·  last {len(self.events)} kept  ·  newest at the bottom")
 
+    async def _load_history(self) -> None:
+        """Read the last HISTORY events from the server and merge them under the live ones, by seq."""
+        since = max(0, self.console.connection.last_seq - HISTORY)
+        try:
+            history = [e async for e in self.console.client.events(since=since, until_caught_up=True, reconnect=False)]
+        except JobDeckError as exc:
+            self.console.notify(exc.message, title="could not read the recent events", severity="error", timeout=8)
+            return
+        self.history_loaded = True
+        self.events = deque(merge_by_seq(history, list(self.events)), maxlen=KEEP)
+        self.newest = max([self.newest, *(e["seq"] for e in history if e.get("seq") is not None)])
+
     async def reload(self) -> None:
+        if not self.history_loaded:
+            await self._load_history()
         log = self.query_one("#log", RichLog)
         log.clear()
         self.unshown = []

@@ -90,6 +90,21 @@ async def test_event_log_shows_changes_live(node: ServerProcess, api: JobDeckCli
         await until(lambda: any(f"#{job['id']}" in line.text for line in log.lines), 3, "the event line")
 
 
+async def test_event_log_lists_events_from_before_the_console_opened(node: ServerProcess, api: JobDeckClient) -> None:
+    job = await api.submit(later("earlier", "history-q"))
+    await api.job_action(job["id"], "pause")
+    async with console(node.url) as (app, pilot):
+        await pilot.press("6")
+        log = view(app, "events").query_one("#log")
+        mine = lambda: [line.text for line in log.lines if f"#{job['id']}" in line.text]  # noqa: E731
+        await until(lambda: len(mine()) >= 2, 3, "the job's earlier events")
+        later_job = await api.submit(later("after-open", "history-q"))
+        await until(lambda: any(f"#{later_job['id']}" in line.text for line in log.lines), 3, "a live event after them")
+        seqs = [int(line.text.split()[1]) for line in log.lines if line.text.split()[1:2] != ["-"]]
+        assert seqs == sorted(set(seqs)), f"expected each event once, in seq order; got {seqs}"
+        assert any("job.paused" in t for t in mine()), mine()
+
+
 async def test_a_viewer_sees_actions_disabled_with_the_reason(node: ServerProcess, api: JobDeckClient) -> None:
     job = await api.submit(later("not-yours", "viewer-q"))
     viewer = Identity(name="ada", role="viewer", auth="token", queues=("*",), allowed=frozenset({"jobs.read"}))
