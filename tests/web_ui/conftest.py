@@ -56,11 +56,13 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
                                 env={**os.environ, "PYTHONUNBUFFERED": "1",
                                      "JOBDECK_WEB_WORKDIR": str(base / "frontend")})  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+    dashboard = Dashboard(url, core, proc, log)
     try:
         _wait_up(proc, url, log)
-        yield Dashboard(url, core, proc, log)
+        yield dashboard
     finally:
         _stop(proc)
+        core = dashboard.core  # a test may have restarted the core: stop the one running now
         if core.proc.poll() is None:
             core.proc.terminate()
             core.proc.wait(15)
