@@ -146,6 +146,7 @@ async def authorize(request: HTTPConnection) -> None:
             retry_after=math.ceil(wait),
         )
     mutating = method not in ("GET", "HEAD")
+    audited = p.via != "none"  # with no sign-in there is nobody to name: nothing is audited
     if mutating and not request.headers.get("authorization") and request.cookies.get(COOKIE):
         _check_origin(request)  # a browser's cookie: refuse requests another site's page makes
     action_name = getattr(route, "name", path)
@@ -158,13 +159,13 @@ async def authorize(request: HTTPConnection) -> None:
         target = f"{kind}:{raw}"
         if kind == "job" and not p.sees_everything:
             queue = (await engine.store.get_job(int(raw))).queue
-        elif kind == "schedule" and (mutating or not p.sees_everything):
+        elif kind == "schedule" and ((mutating and audited) or not p.sees_everything):
             s = await engine.store.get_schedule(int(raw))
             queue = str(s.job.get("queue") or "default")
             before[target] = schedule_to_dict(s)
         elif kind == "queue":
             queue = str(raw)
-    if mutating and p.via != "none":  # with no sign-in there is nobody to name: nothing is audited
+    if mutating and audited:
         audit.set_acting(actor_of(p, request), action_name, target).before.update(before)
     if rule is None:
         await _refuse(request, p, f"{method} {path} has no access rule: refused until one is written")

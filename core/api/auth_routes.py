@@ -156,7 +156,8 @@ async def callback(
     session, expires = auth.sessions.issue(principal)
     next_url = str(flow["next"])
     if not next_url.startswith("/"):  # the web UI's backend exchanges this for the session token
-        ticket = auth.sessions.seal("ticket", {"session": session, "id": secrets.token_urlsafe(12)}, TICKET_SECONDS)
+        ticket = auth.sessions.seal("ticket", {"session": session, "expires_at": expires,
+                                               "id": secrets.token_urlsafe(12)}, TICKET_SECONDS)  # fmt: skip
         next_url += ("&" if "?" in next_url else "?") + "ticket=" + ticket
     resp = RedirectResponse(next_url, status_code=302)
     resp.set_cookie(COOKIE, session, max_age=int(expires - time.time()), path="/", httponly=True, samesite="lax",
@@ -175,8 +176,7 @@ async def exchange_ticket(request: Request, body: Ticket) -> dict[str, Any]:
     used.add(str(data["id"]))
     session = str(data["session"])
     p = auth.sessions.verify(session)
-    return {"token": session, "expires_at": float(data["exp"]) - TICKET_SECONDS + auth.sessions.seconds,  # type: ignore[arg-type]
-            "user": p.describe()}  # fmt: skip
+    return {"token": session, "expires_at": data["expires_at"], "user": p.describe()}
 
 
 @router.post("/auth/logout", summary="End the browser session")

@@ -60,10 +60,7 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """Filter by state, queue, name prefix, tag and creation time; page with `cursor`."""
-    states = tuple(s for s in (state or "").split(",") if s)
-    bad = [s for s in states if s not in ALL_STATES]
-    if bad:
-        raise InvalidInput(f"state: unknown state {bad[0]!r}; use one of {', '.join(ALL_STATES)}", field="state")
+    states = parse_states(state, "state")
     flt = JobFilter(
         states=states,
         queue=queue,
@@ -78,6 +75,15 @@ async def list_jobs(
     return {"jobs": [view(j, engine) for j in jobs], "next_cursor": jobs[-1].id if len(jobs) == limit else None}
 
 
+def parse_states(value: str | None, field: str) -> tuple[str, ...]:
+    """A comma-separated list of job states, or a 422 naming the field and the unknown state."""
+    states = tuple(s for s in (value or "").split(",") if s)
+    bad = [s for s in states if s not in ALL_STATES]
+    if bad:
+        raise InvalidInput(f"{field}: unknown state {bad[0]!r}; use one of {', '.join(ALL_STATES)}", field=field)
+    return states
+
+
 def visible_queues(request: Request) -> tuple[str, ...]:
     """The queue patterns the caller sees; () when it sees every queue."""
     p = principal_of(request)
@@ -85,13 +91,7 @@ def visible_queues(request: Request) -> tuple[str, ...]:
 
 
 def _selection(flt: dict[str, Any], request: Request) -> JobFilter:
-    state = flt.get("state")
-    states = tuple(x for x in (state or "").split(",") if x)
-    bad = [x for x in states if x not in ALL_STATES]
-    if bad:
-        raise InvalidInput(f"filter.state: unknown state {bad[0]!r}; use one of {', '.join(ALL_STATES)}",
-                           field="filter.state")  # fmt: skip
-    return JobFilter(states=states, queue=flt.get("queue"), name_prefix=flt.get("name_prefix"), tag=flt.get("tag"),
+    return JobFilter(states=parse_states(flt.get("state"), "filter.state"), queue=flt.get("queue"), name_prefix=flt.get("name_prefix"), tag=flt.get("tag"),
                      queue_patterns=visible_queues(request))  # fmt: skip
 
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from core.api.access import principal_of
 from core.api.deps import Route, get_engine
 from core.engine import Engine
+from core.store.base import states_total
 
 router = APIRouter(tags=["system"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
@@ -40,9 +41,5 @@ async def stats(engine: EngineDep, request: Request) -> dict[str, Any]:
     p = principal_of(request)
     if not p.sees_everything:  # counts of the caller's queues only (throughput stays the node's)
         out["by_queue"] = {q: n for q, n in out["by_queue"].items() if p.sees(q)}
-        by_state: dict[str, int] = {}
-        for states in out["by_queue"].values():
-            for state, n in states.items():
-                by_state[state] = by_state.get(state, 0) + n
-        out["by_state"] = by_state
+        out["by_state"] = states_total(out["by_queue"])
     return out

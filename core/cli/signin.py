@@ -17,7 +17,7 @@ import sys
 import time
 import webbrowser
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
@@ -79,9 +79,11 @@ async def _device_flow(http: httpx.AsyncClient, cfg: dict[str, Any]) -> dict[str
     raise Unauthorized("the device sign-in code expired before it was used: run `jobdeck login` again")
 
 
-async def _loopback_flow(http: httpx.AsyncClient, cfg: dict[str, Any], open_browser: bool) -> dict[str, Any]:
-    from core.auth.oidc import pkce_pair
+async def _loopback_flow(cfg: dict[str, Any], open_browser: bool) -> dict[str, Any]:
+    from core.auth.oidc import OidcProvider, pkce_pair
 
+    idp = OidcProvider(cfg["issuer"], cfg["audience"])
+    await idp.discover()
     verifier, challenge = pkce_pair()
     state = secrets.token_urlsafe(16)
     got: asyncio.Future[dict[str, list[str]]] = asyncio.get_running_loop().create_future()
@@ -101,9 +103,8 @@ async def _loopback_flow(http: httpx.AsyncClient, cfg: dict[str, Any], open_brow
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     redirect = f"http://127.0.0.1:{port}/callback"
-    url = cfg["authorization_endpoint"] + "?" + urlencode({
-        "response_type": "code", "client_id": cfg["cli_client_id"], "redirect_uri": redirect, "scope": cfg["scopes"],
-        "state": state, "code_challenge": challenge, "code_challenge_method": "S256"})  # fmt: skip
+    url = idp.authorization_url(cfg["cli_client_id"], redirect, state, challenge, secrets.token_urlsafe(16),
+                                scope=cfg["scopes"])  # fmt: skip
     print(f"To sign in, open this in a browser on this machine:\n  {url}", file=sys.stderr, flush=True)
     if open_browser:
         webbrowser.open(url)
@@ -113,12 +114,7 @@ async def _loopback_flow(http: httpx.AsyncClient, cfg: dict[str, Any], open_brow
         raise Unauthorized(
             f"the browser sign-in failed: {query.get('error_description', query.get('error', ['state mismatch']))[0]}"
         )
-    form = {"grant_type": "authorization_code", "code": query["code"][0], "redirect_uri": redirect,
-            "client_id": cfg["cli_client_id"], "code_verifier": verifier}  # fmt: skip
-    tok = await http.post(cfg["token_endpoint"], data=form)
-    if tok.status_code != 200:
-        raise Unauthorized(f"the identity provider refused the code: {tok.text[:200]}")
-    return dict(tok.json())
+    return await idp.exchange_code(cfg["cli_client_id"], None, query["code"][0], redirect, verifier)
 
 
 async def login(args: argparse.Namespace) -> int:
@@ -144,9 +140,7 @@ async def login(args: argparse.Namespace) -> int:
         entry = {"access_token": token}
     else:
         async with httpx.AsyncClient(timeout=15) as http:
-            tokens = await (
-                _device_flow(http, cfg) if method == "device" else _loopback_flow(http, cfg, not args.no_browser)
-            )
+            tokens = await (_device_flow(http, cfg) if method == "device" else _loopback_flow(cfg, not args.no_browser))
         entry = {"access_token": tokens["access_token"], "refresh_token": tokens.get("refresh_token"),
                  "expires_at": time.time() + float(tokens.get("expires_in", 300)),
                  "token_endpoint": cfg["token_endpoint"], "client_id": cfg["cli_client_id"]}  # fmt: skip

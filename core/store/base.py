@@ -128,13 +128,19 @@ def queue_view(name: str, paused: bool, concurrency: int | None, by_state: dict[
 FINISHED_EVENTS = ("job.succeeded", "job.failed", "job.dead", "job.cancelled")
 
 
-def stats_view(by_queue: dict[str, dict[str, int]], last_minute: dict[str, int]) -> dict[str, Any]:
-    """The stats the API shows, from job counts per queue and state and the count of each
-    FINISHED_EVENTS type over the last minute."""
+def states_total(by_queue: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Job counts by state over the given queues."""
     by_state: dict[str, int] = {}
     for states in by_queue.values():
         for state, n in states.items():
             by_state[state] = by_state.get(state, 0) + n
+    return by_state
+
+
+def stats_view(by_queue: dict[str, dict[str, int]], last_minute: dict[str, int]) -> dict[str, Any]:
+    """The stats the API shows, from job counts per queue and state and the count of each
+    FINISHED_EVENTS type over the last minute."""
+    by_state = states_total(by_queue)
     finished = {t.removeprefix("job."): last_minute.get(t, 0) for t in FINISHED_EVENTS}
     done = finished["succeeded"] + finished["dead"] + finished["cancelled"]
     return {
