@@ -69,6 +69,14 @@ class AppState(rx.State):
             return f"your teams may not act on queue {queue}"
         return ""
 
+    async def _fetch_or_fail(self) -> Any:
+        """Read the page again (`fetch`); a toast (see `failed`) if the core refuses or is away."""
+        try:
+            await self.fetch()  # type: ignore[attr-defined]
+        except JobDeckError as exc:
+            return self.failed(exc)
+        return None
+
     def failed(self, exc: JobDeckError) -> Any:
         """A toast for a refused or failed call; notes an unreachable core."""
         if isinstance(exc, Unavailable):

@@ -44,11 +44,7 @@ class QueuesState(AppState):
             await self.fetch()
 
     async def load(self) -> Any:
-        try:
-            await self.fetch()
-        except JobDeckError as exc:
-            return self.failed(exc)
-        return None
+        return await self._fetch_or_fail()
 
     async def toggle_pause(self, name: str, paused: str) -> Any:
         action = "resume" if paused else "pause"
@@ -107,11 +103,7 @@ class AgentsState(AppState):
             await self.fetch()
 
     async def load(self) -> Any:
-        try:
-            await self.fetch()
-        except JobDeckError as exc:
-            return self.failed(exc)
-        return None
+        return await self._fetch_or_fail()
 
     async def drain(self, name: str) -> Any:
         try:

@@ -69,11 +69,7 @@ class JobsState(AppState):
             await self.fetch()
 
     async def load(self) -> Any:
-        try:
-            await self.fetch()
-        except JobDeckError as exc:
-            return self.failed(exc)
-        return None
+        return await self._fetch_or_fail()
 
     # -- filters and paging
 

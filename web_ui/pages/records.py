@@ -56,11 +56,7 @@ class DeadState(AppState):
             await self.fetch()
 
     async def load(self) -> Any:
-        try:
-            await self.fetch()
-        except JobDeckError as exc:
-            return self.failed(exc)
-        return None
+        return await self._fetch_or_fail()
 
     async def set_queue(self, value: str) -> Any:
         self.f_queue, self.cursor, self.cursors = value, 0, []
@@ -140,11 +136,7 @@ class AuditState(AppState):
             await self.fetch()
 
     async def load(self) -> Any:
-        try:
-            await self.fetch()
-        except JobDeckError as exc:
-            return self.failed(exc)
-        return None
+        return await self._fetch_or_fail()
 
     async def apply_filter(self) -> Any:
         self.cursor, self.cursors = "", []

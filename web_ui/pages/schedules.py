@@ -60,11 +60,7 @@ class SchedulesState(AppState):
             await self.fetch()
 
     async def load(self) -> Any:
-        try:
-            await self.fetch()
-        except JobDeckError as exc:
-            return self.failed(exc)
-        return None
+        return await self._fetch_or_fail()
 
     # -- the form
 
