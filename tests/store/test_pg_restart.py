@@ -4,10 +4,9 @@ event stream stays gap-free with every event handed to on_commit once."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -15,22 +14,35 @@ from core.errors import JobDeckError
 from core.model import build_job
 from core.store.base import JobFilter
 from tests.store.conftest import POLICY, StoreKit
-
-pytestmark = pytest.mark.parametrize("kit", ["postgres"], indirect=True)
-
-
-def _local_cluster(url: str) -> str | None:
-    """The version of the local cluster serving `url`, if pg_ctlcluster can restart it."""
-    if urlsplit(url).hostname not in ("127.0.0.1", "localhost") or not shutil.which("pg_ctlcluster"):
-        return None
-    versions = sorted(p.name for p in Path("/etc/postgresql").glob("*") if (p / "main").is_dir())
-    return versions[-1] if versions else None
+from tests.throwaway import ThrowawayPostgres, throwaway_problem
 
 
-async def test_a_database_restart_under_load_loses_nothing(kit: StoreKit) -> None:
-    version = _local_cluster(kit.url)
-    if version is None:
-        pytest.skip("needs the local PostgreSQL cluster and pg_ctlcluster to restart it")
+@pytest.fixture
+async def own_pg() -> AsyncIterator[ThrowawayPostgres]:
+    """A PostgreSQL server of this test's own: restarting the machine's shared one would cut off
+    everything else that uses it."""
+    problem = throwaway_problem()
+    if problem:
+        pytest.skip(problem)
+    with ThrowawayPostgres() as pg:
+        yield pg
+
+
+@pytest.fixture
+async def kit(own_pg: ThrowawayPostgres, tmp_path: Path) -> AsyncIterator[StoreKit]:
+    from core.store.postgres import PostgresStore
+
+    committed: list = []  # type: ignore[type-arg]
+    store = PostgresStore(own_pg.url, POLICY, on_commit=committed.extend)
+    await store.open()
+    k = StoreKit("postgres", own_pg.url, store, committed)
+    try:
+        yield k
+    finally:
+        await k.close()
+
+
+async def test_a_database_restart_under_load_loses_nothing(kit: StoreKit, own_pg: ThrowawayPostgres) -> None:
     store = kit.store
     made: list[int] = []
     failures: list[str] = []
@@ -50,10 +62,7 @@ async def test_a_database_restart_under_load_loses_nothing(kit: StoreKit) -> Non
 
     writers = [asyncio.create_task(submit(w)) for w in range(3)]
     await asyncio.sleep(0.5)
-    restart = await asyncio.create_subprocess_exec(
-        "pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"
-    )
-    assert await restart.wait() == 0
+    await asyncio.to_thread(own_pg.restart)
     await asyncio.sleep(1.5)
     stop.set()
     await asyncio.wait_for(asyncio.gather(*writers), 60)
