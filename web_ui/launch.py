@@ -12,6 +12,8 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO
 
 from web_ui import frontend
 
@@ -38,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def spawn(server: str, host: str, port: int, *, log: int | None = None) -> subprocess.Popen[bytes]:
     """Start the Reflex app (production mode, one port) against `server`; returns the process."""
     frontend.ensure_bun()
+    project = frontend.sync_project()
     env = frontend.reflex_env()
     env["JOBDECK_WEB_SERVER"] = server
     # The build bakes the backend's port into the bundle, so each port gets a build folder of its
@@ -45,8 +48,23 @@ def spawn(server: str, host: str, port: int, *, log: int | None = None) -> subpr
     env["REFLEX_WEB_WORKDIR"] = os.environ.get("JOBDECK_WEB_WORKDIR") or str(frontend.web_dir(port))
     cmd = frontend.reflex_command("run", "--env", "prod", "--single-port", "--frontend-port", str(port),
                                   "--backend-port", str(port), "--backend-host", host, "--loglevel", "warning")  # fmt: skip
-    return subprocess.Popen(cmd, cwd=frontend.PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
+    return subprocess.Popen(cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
                             start_new_session=True)  # fmt: skip
+
+
+def open_log(path: Path) -> BinaryIO:
+    """The file Reflex's own output goes to (its progress bars and warnings are not ours to print)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "ab")  # the caller closes it once the process has its own copy
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log, indented, for a message that says why the dashboard did not start."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text.splitlines()[-lines:])
 
 
 def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float = 300.0) -> bool:
@@ -86,12 +104,16 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     if getattr(args, "setup_only", False):
         return frontend.main()
     url = f"http://{args.web_host}:{args.web_port}"
-    print(f"JobDeck web: building and starting the dashboard for {server} ...", flush=True)
+    log_path = frontend.PROJECT / f"web-{args.web_port}.log"
+    print(f"JobDeck web: building and starting the dashboard for {server} (log: {log_path}) ...", flush=True)
+    log = open_log(log_path)
     try:
-        proc = spawn(server, args.web_host, args.web_port)
+        proc = spawn(server, args.web_host, args.web_port, log=log.fileno())
     except frontend.SetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        log.close()  # the child has its own copy
 
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -99,7 +121,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)  # `kill` of jobdeck web stops the app's processes too
     try:
         if not wait_ready(proc, url):
-            print("error: the dashboard did not start (see the messages above)", file=sys.stderr)
+            print(f"error: the dashboard did not start; the end of {log_path}:\n{log_tail(log_path)}", file=sys.stderr)
             stop(proc)
             return 1
         print(f"JobDeck web is up: {url}  (core {server})", flush=True)

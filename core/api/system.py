@@ -10,6 +10,7 @@ from core.api.access import principal_of
 from core.api.deps import Route, get_engine
 from core.engine import Engine
 from core.store.base import states_total
+from core.version import version
 
 router = APIRouter(tags=["system"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
@@ -19,6 +20,7 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 async def healthz(engine: EngineDep) -> dict[str, Any]:
     return {
         "status": "ok",
+        "version": version(),
         "schema_version": getattr(engine.store, "schema_version", None),
         "last_seq": await engine.store.last_seq(),
         "agents": len(engine.hub.sessions),

@@ -28,14 +28,19 @@ from core.cli.remote import (
 )
 from core.client import DEFAULT_SERVER
 from core.errors import JobDeckError
+from core.version import version
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jobdeck", description="JobDeck: a job scheduler with a live operator console.")
+    # JOBDECK_PROG: what the user typed to run us (`./dev` sets it), so usage lines and hints name it.
+    prog = os.environ.get("JOBDECK_PROG") or "jobdeck"
+    p = argparse.ArgumentParser(prog=prog, description="JobDeck: a job scheduler with a live operator console.")
+    p.set_defaults(prog=prog)
     p.add_argument(
         "--server", default=os.environ.get("JOBDECK_SERVER", DEFAULT_SERVER), help="core node URL (env JOBDECK_SERVER)"
     )
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.add_argument("--version", action="version", version=f"jobdeck {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for name, helptext in (("up", "run a node with local agents on the embedded store"), ("server", "run a core node")):

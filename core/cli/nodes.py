@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.client import DEFAULT_SERVER
@@ -64,10 +65,11 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
                        "oidc": f"sign-in by {settings.oidc_issuer}"}[settings.auth]  # fmt: skip
             print(f"JobDeck is up: API {url}  (store {settings.store_label}{agents}; {sign_in})", flush=True)
             hint = "" if url == DEFAULT_SERVER else f"   (another port: export JOBDECK_SERVER={url})"
-            first = "jobdeck submit -- echo hello" if settings.auth == "none" else f"jobdeck login --server {url}"
+            prog = getattr(args, "prog", "jobdeck")
+            first = f"{prog} submit -- echo hello" if settings.auth == "none" else f"{prog} login --server {url}"
             print(f"  try: {first}{hint}   |   API docs: {url}/docs", flush=True)
             if want_web:
-                node.on_stop(start_web(url, settings.host, getattr(args, "web_port", None)))
+                node.on_stop(start_web(url, settings.host, getattr(args, "web_port", None), settings.data_dir))
 
         await node.serve(ready)
 
@@ -89,8 +91,9 @@ def wants_web(args: argparse.Namespace) -> bool:
     return sys.stdout.isatty()
 
 
-def start_web(api_url: str, host: str, port: int | None) -> Callable[[], Awaitable[None]]:
-    """Start the web dashboard beside `jobdeck up` (its own process); returns the hook that stops it."""
+def start_web(api_url: str, host: str, port: int | None, data_dir: Path) -> Callable[[], Awaitable[None]]:
+    """Start the web dashboard beside `jobdeck up` (its own process, its output in DATA_DIR/web.log);
+    returns the hook that stops it."""
     import threading
 
     from web_ui import launch  # lazy: only `jobdeck up` with the web UI needs it
@@ -98,9 +101,11 @@ def start_web(api_url: str, host: str, port: int | None) -> Callable[[], Awaitab
     port = port or int(os.environ.get("JOBDECK_WEB_PORT") or launch.DEFAULT_PORT)
     web_host = os.environ.get("JOBDECK_WEB_HOST", host)
     url = f"http://{web_host}:{port}"
-    print(f"  web dashboard: starting on {url} (the first start builds it; `jobdeck up --no-web` skips it)", flush=True)
+    log_path = data_dir / "web.log"
+    print(f"  web dashboard: building and starting on {url} (about 20 s; log: {log_path})", flush=True)
+    log = launch.open_log(log_path)
     try:
-        proc = launch.spawn(api_url, web_host, port)
+        proc = launch.spawn(api_url, web_host, port, log=log.fileno())
     except Exception as exc:  # the node runs without its dashboard rather than not at all
         print(f"  web dashboard: cannot start: {exc}", flush=True)
 
@@ -108,12 +113,15 @@ def start_web(api_url: str, host: str, port: int | None) -> Callable[[], Awaitab
             return None
 
         return nothing
+    finally:
+        log.close()  # the dashboard's process has its own copy
 
     def announce() -> None:
         if launch.wait_ready(proc, url):
             print(f"  web dashboard is up: {url}", flush=True)
         elif proc.poll() is not None:
-            print(f"  web dashboard exited ({proc.returncode}); the API runs on", flush=True)
+            print(f"  web dashboard exited ({proc.returncode}); the API runs on. The end of {log_path}:\n"
+                  f"{launch.log_tail(log_path)}", flush=True)  # fmt: skip
 
     threading.Thread(target=announce, name="web-ready", daemon=True).start()
 

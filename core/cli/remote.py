@@ -134,7 +134,7 @@ async def cmd_submit(c: JobDeckClient, args: argparse.Namespace) -> int:
         now = await c.get_job(job["id"])
         raise JobDeckError(
             f"job {job['id']} did not finish within {args.wait_timeout:g} s; it is {now['state']} "
-            f"(follow it with: jobdeck jobs tail {job['id']})"
+            f"(follow it with: {getattr(args, 'prog', 'jobdeck')} jobs tail {job['id']})"
         ) from None
     attempts = await c.attempts(job["id"])
     show(args, {"job": job, "attempts": attempts}, job_detail)

@@ -26,7 +26,6 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -34,6 +33,7 @@ import orjson
 
 from core.errors import JobDeckError, Unavailable
 from core.model import iso
+from core.store import schema
 from core.store._pg_sql import COPY_FROM, EVENT_COLUMNS, NEXT_SEQS, WRITE_EVENTS
 from core.store.audit import AuditScope
 from core.store.base import Event
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobdeck.store")
 
-MIGRATIONS = Path(__file__).resolve().parent.parent.parent / "migrations" / "postgres"
 MIGRATION_LOCK = 72420001  # session advisory lock: one node migrates at a time
 MAX_OPS_PER_COMMIT = 2000
 WORKERS = 3  # transactions of one node in flight at once
@@ -69,30 +68,30 @@ def is_connection_error(exc: BaseException) -> bool:
 
 
 async def migrate(conn: Conn) -> int:
-    """Apply the numbered files of migrations/postgres not yet applied; return the schema version.
+    """Apply the numbered files of migrations/postgres (core.store.schema) not yet applied; return the schema version.
 
     Runs under a session advisory lock, so nodes starting together apply each file once.
     Refuses a database whose schema is newer than this code knows.
     """
+    files = schema.load("postgres")  # first: a broken install writes nothing
+    known = files[-1].version
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
     try:
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL, applied_at double precision NOT NULL)"
         )
         current = int(await conn.fetchval("SELECT coalesce(max(version), 0) FROM schema_version"))
-        files = sorted(MIGRATIONS.glob("[0-9]*.sql"))
-        known = max((int(f.name.split("_")[0]) for f in files), default=0)
         if current > known:
             raise Unavailable(
                 f"the database schema is version {current} but this JobDeck knows only up to {known}: "
                 "upgrade JobDeck or use another database"
             )
         for f in files:
-            version = int(f.name.split("_")[0])
+            version = f.version
             if version <= current:
                 continue
             async with conn.transaction():
-                await conn.execute(f.read_text())
+                await conn.execute(f.sql)
                 await conn.execute("INSERT INTO schema_version VALUES ($1, $2)", version, time.time())
             log.info("applied migration %s", f.name)
             current = version

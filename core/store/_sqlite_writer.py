@@ -16,12 +16,12 @@ import orjson
 
 from core.errors import JobDeckError, Unavailable
 from core.model import iso, labels_from_text, labels_satisfied
+from core.store import schema
 from core.store.audit import AuditScope
 from core.store.base import Event
 
 log = logging.getLogger("jobdeck.store")
 
-MIGRATIONS = Path(__file__).resolve().parent.parent.parent / "migrations" / "sqlite"
 MAX_OPS_PER_COMMIT = 2000
 CHECKPOINT_EVERY = 0.5  # seconds
 
@@ -40,26 +40,26 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 
 
 def migrate(conn: sqlite3.Connection) -> int:
-    """Apply the numbered files of migrations/sqlite not yet applied; return the schema version.
+    """Apply the numbered files of migrations/sqlite (core.store.schema) not yet applied; return the schema version.
 
     Refuses to run against a database whose schema is newer than this code knows.
     """
+    files = schema.load("sqlite")  # first: a broken install writes nothing
+    known = files[-1].version
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at REAL NOT NULL)")
     current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
-    files = sorted(MIGRATIONS.glob("[0-9]*.sql"))
-    known = max((int(f.name.split("_")[0]) for f in files), default=0)
     if current > known:
         raise Unavailable(
             f"the database schema is version {current} but this JobDeck knows only up to {known}: "
             "upgrade JobDeck or use another data directory"
         )
     for f in files:
-        version = int(f.name.split("_")[0])
+        version = f.version
         if version <= current:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in f.read_text().split(";\n"):
+            for statement in f.sql.split(";\n"):
                 if statement.strip():
                     conn.execute(statement)
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
