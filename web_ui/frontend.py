@@ -12,7 +12,9 @@ After a Reflex upgrade rewrites the lock, copy PROJECT/reflex.lock back to web_u
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import shutil
 import site
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from core.version import version
@@ -129,20 +132,13 @@ def _bun_package() -> str:
 
 
 def ensure_bun() -> Path:
-    """Put bun where Reflex looks for it, from the npm registry (`npm pack`), unless it is there."""
+    """Put bun where Reflex looks for it, from the npm registry, unless it is there: with `npm pack`
+    when npm is installed (it follows the user's npm settings), else straight from the registry."""
     if BUN.exists():
         return BUN
-    npm = shutil.which("npm")
-    if npm is None:
-        raise SetupError("npm is needed once to fetch bun from the npm registry (apt-get install npm)")
     with tempfile.TemporaryDirectory() as tmp:
-        # npm's cache and logs beside Reflex's home too ($HOME gets nothing), no update check
-        env = {**os.environ, "npm_config_cache": str(REFLEX_HOME / "npm-cache"), "npm_config_update_notifier": "false"}
-        out = subprocess.run([npm, "pack", _bun_package()], cwd=tmp, env=env, capture_output=True, text=True,
-                             timeout=300)  # fmt: skip
-        if out.returncode != 0:
-            raise SetupError(f"npm pack {_bun_package()} failed:\n{out.stderr[-2000:]}")
-        tgz = next(Path(tmp).glob("*.tgz"))
+        npm = shutil.which("npm")
+        tgz = _npm_pack(npm, Path(tmp)) if npm else fetch_package(_bun_package(), Path(tmp))
         with tarfile.open(tgz) as tar:
             tar.extractall(tmp, filter="data")
         BUN.parent.mkdir(parents=True, exist_ok=True)
@@ -151,6 +147,36 @@ def ensure_bun() -> Path:
         staged.chmod(0o755)
         os.replace(staged, BUN)  # atomic: another install fetching bun at the same time is harmless
     return BUN
+
+
+def _npm_pack(npm: str, where: Path) -> Path:
+    # npm's cache and logs beside Reflex's home too ($HOME gets nothing), no update check
+    env = {**os.environ, "npm_config_cache": str(REFLEX_HOME / "npm-cache"), "npm_config_update_notifier": "false"}
+    out = subprocess.run([npm, "pack", _bun_package()], cwd=where, env=env, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    if out.returncode != 0:
+        raise SetupError(f"npm pack {_bun_package()} failed:\n{out.stderr[-2000:]}")
+    return next(where.glob("*.tgz"))
+
+
+def fetch_package(spec: str, where: Path) -> Path:
+    """Download `name@version`'s tarball from the npm registry (npm_config_registry, else the public
+    one) into `where`, checked against the registry's sha512 integrity; returns the file."""
+    name, _, wanted = spec.rpartition("@")
+    registry = (os.environ.get("npm_config_registry") or "https://registry.npmjs.org").rstrip("/")  # noqa: SIM112 - npm spells it so
+    try:
+        with urllib.request.urlopen(f"{registry}/{name.replace('/', '%2f')}/{wanted}", timeout=60) as resp:
+            dist = json.load(resp)["dist"]
+        with urllib.request.urlopen(dist["tarball"], timeout=300) as resp:
+            data = resp.read()
+    except (OSError, ValueError, KeyError) as exc:
+        raise SetupError(f"cannot download {spec} from {registry}: {exc} (or install npm and retry)") from None
+    algorithm, _, digest = str(dist.get("integrity", "")).partition("-")
+    if algorithm != "sha512" or hashlib.sha512(data).digest() != base64.b64decode(digest):
+        raise SetupError(f"{spec} from {registry} does not match the registry's sha512 integrity; not installed")
+    out = where / f"{name.replace('/', '-').lstrip('@')}-{wanted}.tgz"
+    out.write_bytes(data)
+    return out
 
 
 def reflex_command(*args: str) -> list[str]:

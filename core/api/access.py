@@ -37,6 +37,8 @@ class Rule:
 
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(PUBLIC),
+    ("GET", "/livez"): Rule(PUBLIC),  # the platform's probes carry no token (core/api/health.py)
+    ("GET", "/readyz"): Rule(PUBLIC),
     ("GET", "/auth/config"): Rule(PUBLIC),
     ("GET", "/auth/login"): Rule(PUBLIC),
     ("GET", "/auth/callback"): Rule(PUBLIC),

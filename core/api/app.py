@@ -142,7 +142,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
     """The API of one node over `engine`."""
     from fastapi import Depends
 
-    from core.api import access, agents_ws, auth_routes, events, jobs, queues, schedules, system
+    from core.api import access, agents_ws, auth_routes, events, health, jobs, queues, schedules, system
     from core.auth.authenticate import Authenticator
 
     settings = engine.settings
@@ -183,7 +183,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSON({"error": code, "message": str(exc.detail), "field": None}, status_code=exc.status_code)
 
-    for module in (jobs, queues, schedules, system, events, agents_ws, auth_routes):
+    for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, batch_limit=16 * settings.max_body_bytes)
     return app

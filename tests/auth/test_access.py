@@ -26,6 +26,8 @@ SCHEDULE = {"name": "nightly", "cron": "0 3 * * *", "job": JOB}
 R, OP, A = "viewer", "operator", "admin"
 MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
     ("GET", "/healthz"): (lambda o: ("/healthz", None), {"anonymous", R, OP, A, "agent"}),
+    ("GET", "/livez"): (lambda o: ("/livez", None), {"anonymous", R, OP, A, "agent"}),
+    ("GET", "/readyz"): (lambda o: ("/readyz", None), {"anonymous", R, OP, A, "agent"}),
     ("GET", "/auth/config"): (lambda o: ("/auth/config", None), {"anonymous", R, OP, A, "agent"}),
     ("GET", "/auth/me"): (lambda o: ("/auth/me", None), {R, OP, A, "agent"}),
     # the browser sign-in routes are public (their own checks are tested with the real IdP)

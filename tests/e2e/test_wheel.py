@@ -179,3 +179,13 @@ def test_the_cache_folder_is_per_user_and_can_be_moved() -> None:
     assert frontend.cache_root({"JOBDECK_CACHE_DIR": "/srv/jd-cache"}) == Path("/srv/jd-cache")
     assert frontend.cache_root({"XDG_CACHE_HOME": "/home/ada/.xdg"}) == Path("/home/ada/.xdg/jobdeck")
     assert frontend.cache_root({}) == Path.home() / ".cache" / "jobdeck"
+
+
+def test_a_package_comes_straight_from_the_npm_registry_without_npm(tmp_path: Path) -> None:
+    # How a machine without npm (the slim Docker image) gets bun: the registry's tarball, checked
+    # against its sha512 integrity. A tiny package stands in for bun's 50 MB.
+    import tarfile
+
+    tgz = frontend.fetch_package("is-number@7.0.0", tmp_path)
+    with tarfile.open(tgz) as tar:
+        assert "package/package.json" in tar.getnames(), tar.getnames()
