@@ -163,8 +163,11 @@ class AgentHub:
         """Why a queued job is not running, when no connected agent (of any node) could take it."""
         if job.state != "queued":
             return None
-        if self.engine.queue_settings.get(job.queue, (False, None))[0]:
+        paused, limit = self.engine.queue_settings.get(job.queue, (False, None))
+        if paused:
             return f"queue {job.queue!r} is paused"
+        if limit == 0:
+            return f"queue {job.queue!r} has concurrency 0: none of its jobs start until the limit is raised or removed"
         agents = self.describe()
         if not agents:
             return "no agent is connected"

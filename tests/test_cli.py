@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -13,8 +15,9 @@ from tests.conftest import ROOT, ServerProcess
 
 def jobdeck(server: ServerProcess | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     url = server.url if server else "http://127.0.0.1:9"
+    env = {k: v for k, v in os.environ.items() if k != "JOBDECK_PROG"}  # hints name `jobdeck`, not ./dev
     return subprocess.run([sys.executable, "-m", "core.cli", "--server", url, *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)  # fmt: skip
 
 
 def test_submit_wait_shows_the_output_and_the_exit_code_follows_the_job(jobdeck_process: ServerProcess) -> None:
@@ -73,3 +76,30 @@ def test_a_closed_pipe_is_not_an_error(jobdeck_process: ServerProcess) -> None:
     cmd = f"{sys.executable} -m core.cli --server {jobdeck_process.url} jobs ls | head -1"
     out = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.startswith("ID") and out.stderr == "", out.stderr
+
+
+def test_concurrency_zero_holds_a_queue_says_so_and_none_lifts_it(jobdeck_process: ServerProcess) -> None:
+    jobdeck(jobdeck_process, "submit", "--queue", "zero-q", "--delay", "600", "--", "true")  # makes the queue
+    held = jobdeck(jobdeck_process, "queues", "concurrency", "zero-q", "0")
+    assert held.returncode == 0, held.stderr
+    assert held.stdout.strip() == ("queue zero-q: concurrency 0: none of its jobs start, running ones finish "
+                                   "(`jobdeck queues concurrency zero-q none` removes the limit)"), held.stdout  # fmt: skip
+    job = json.loads(jobdeck(jobdeck_process, "--json", "submit", "--queue", "zero-q", "--", "true").stdout)
+    shown = json.loads(jobdeck(jobdeck_process, "--json", "jobs", "show", str(job["id"])).stdout)["job"]
+    assert shown["state"] == "queued", shown
+    assert shown["waiting_for"] == ("queue 'zero-q' has concurrency 0: none of its jobs start until the limit "
+                                    "is raised or removed"), shown  # fmt: skip
+    lifted = jobdeck(jobdeck_process, "queues", "concurrency", "zero-q", "none")
+    assert lifted.stdout.strip() == "queue zero-q: no concurrency limit", lifted.stdout
+    deadline = time.monotonic() + 15
+    while (state := job_state(jobdeck_process, job["id"])) != "succeeded" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert state == "succeeded", "the job runs once the limit is gone"
+    limited = jobdeck(jobdeck_process, "queues", "concurrency", "zero-q", "4")
+    assert limited.stdout.startswith("queue zero-q: at most 4 of its jobs run at once"), limited.stdout
+    helptext = " ".join(jobdeck(None, "queues", "concurrency", "--help").stdout.split())
+    assert "0 lets none start (running ones finish" in helptext and "'none' removes the limit" in helptext, helptext
+
+
+def job_state(server: ServerProcess, job_id: int) -> str:
+    return str(json.loads(jobdeck(server, "--json", "jobs", "show", str(job_id)).stdout)["job"]["state"])

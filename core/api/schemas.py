@@ -161,7 +161,8 @@ class PriorityChange(_Strict):
 
 
 class ConcurrencyChange(_Strict):
-    """How many jobs of the queue may run at once across all agents; null for no limit."""
+    """How many jobs of the queue may run at once across all agents: 0 lets none start (running ones
+    finish), null removes the limit."""
 
     concurrency: int | None = Field(ge=0, le=1_000_000)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from core.cli import signin
 from core.cli.nodes import cmd_agent, cmd_migrate, cmd_up, cmd_up_console, run_async
+from core.cli.output import view_in
 from core.cli.remote import (
     add_job_flags,
     cmd_agents,
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.add_argument("--version", action="version", version=f"jobdeck {version()}")
+    p.add_argument("--utc", action="store_true", help="show times in UTC (default: this machine's zone)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for name, helptext in (("up", "run a node with local agents on the embedded store"), ("server", "run a core node")):
@@ -150,9 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     qs.add_parser("ls", help="list queues")
     for action in ("pause", "resume"):
         qs.add_parser(action, help=f"{action} a queue").add_argument("name")
-    s = qs.add_parser("concurrency", help="limit running jobs of a queue ('none' for no limit)")
+    s = qs.add_parser(
+        "concurrency",
+        help="limit how many jobs of a queue run at once",
+        description="At most LIMIT jobs of the queue run at once, over every agent. 0 lets none start "
+        "(running ones finish; their waiting_for says so); 'none' removes the limit.",
+    )
     s.add_argument("name")
-    s.add_argument("limit")
+    s.add_argument("limit", help="a number (0: none start), or 'none' to remove the limit")
 
     sched = sub.add_parser("schedules", help="recurring and one-time schedules")
     sched.set_defaults(run=cmd_schedules)
@@ -226,12 +233,15 @@ def _accept_common_flags_anywhere(parser: argparse.ArgumentParser) -> None:
             for child in action.choices.values():
                 child.add_argument("--server", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
                 child.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                child.add_argument("--utc", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
                 _accept_common_flags_anywhere(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `jobdeck` command."""
     args = build_parser().parse_args(argv)
+    if args.utc:
+        view_in("UTC")
     try:
         if args.command == "up" and args.console:
             return cmd_up_console(args, argv)

@@ -9,7 +9,27 @@ from typing import Any
 
 import orjson
 
-JOB_COLUMNS = (("id", 8), ("name", 28), ("queue", 12), ("state", 10), ("priority", 8), ("attempt", 7), ("run_at", 19))
+from core import timetext
+
+JOB_COLUMNS = (("id", 8), ("name", 28), ("queue", 12), ("state", 10), ("priority", 8), ("attempt", 7), ("run_at", 24))
+# The zone times are shown in: this machine's (the default) or UTC (`--utc`); always with its abbreviation.
+VIEWER = timetext.zone("local")
+
+
+def view_in(zone_name: str) -> None:
+    """Show times in `zone_name` ("local" or "UTC") from now on."""
+    global VIEWER
+    VIEWER = timetext.zone(zone_name)
+
+
+def when(value: Any) -> str:
+    """An API time in the viewer's zone, with its abbreviation: 2026-12-01 10:42:07 CET."""
+    return timetext.stamp(value, VIEWER)
+
+
+def second_zone(first: Any) -> Any:
+    """The zone to show beside one of a schedule's times: the viewer's, or UTC when that is the same."""
+    return timetext.zone("UTC") if str(first) == str(VIEWER) else VIEWER
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, int]]) -> str:
@@ -23,7 +43,7 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, int]]) ->
         elif isinstance(v, (list, tuple)):
             s = ",".join(map(str, v)) or "-"
         elif isinstance(v, str) and len(v) >= 25 and v[10] == "T" and v[4] == v[7] == "-":
-            s = v[:19].replace("T", " ")  # an ISO time: to the second is enough in a table
+            s = when(v)  # an API time: in the viewer's zone, to the second, with the zone's abbreviation
         else:
             s = str(v)
         return (s if len(s) <= w else s[: w - 1] + "…").ljust(w)
@@ -56,7 +76,7 @@ def job_detail(data: dict[str, Any]) -> str:
     for k in ("priority", "attempt", "max_attempts", "run_at", "created_at", "started_at", "finished_at", "timeout",
               "agent", "last_error", "result", "tags"):  # fmt: skip
         if j.get(k) not in (None, [], ""):
-            out.append(f"  {k:<13} {j[k]}")
+            out.append(f"  {k:<13} {when(j[k]) if k.endswith('_at') else j[k]}")
     out.append(f"  {'task':<13} {orjson.dumps(j['task']).decode()}")
     for a in attempts:
         out.append(
@@ -78,20 +98,33 @@ SCHEDULE_COLUMNS = (
     ("interval", 8),
     ("timezone", 16),
     ("paused", 6),
-    ("next_fire_at", 19),
+    ("next_fire_at", 24),
 )
 
 
+def schedule_time(s: dict[str, Any], value: Any) -> str:
+    """One of a schedule's times in its own zone, and the viewer's (or UTC) beside it."""
+    tz = timetext.zone(s["timezone"])
+    return timetext.in_two_zones(value, tz, second_zone(tz))
+
+
+def schedule_row(s: dict[str, Any]) -> dict[str, Any]:
+    """A schedule for SCHEDULE_COLUMNS: its next fire time in its own zone."""
+    return {**s, "next_fire_at": timetext.stamp(s["next_fire_at"], timetext.zone(s["timezone"]))}
+
+
 def schedule_line(s: dict[str, Any]) -> str:
-    when = s["cron"] or (f"every {s['interval']:g} s" if s["interval"] else f"once at {s['at']}")
-    state = "paused" if s["paused"] else f"next fire {s['next_fire_at'] or 'never (no time left)'}"
-    return f"schedule {s['id']} {s['name']!r} ({when}, {s['timezone']}): {state}"
+    every = s["cron"] or (f"every {s['interval']:g} s" if s["interval"] else f"once at {schedule_time(s, s['at'])}")
+    nxt = schedule_time(s, s["next_fire_at"]) if s["next_fire_at"] else "never (no time left)"
+    state = "paused" if s["paused"] else f"next fire {nxt}"
+    return f"schedule {s['id']} {s['name']!r} ({every}, {s['timezone']}): {state}"
 
 
 def schedule_detail(s: dict[str, Any]) -> str:
     lines = [schedule_line(s)]
     for k in ("last_fire_at", "fired", "created_at"):
-        lines.append(f"  {k:<13} {s[k] if s[k] is not None else '-'}")
+        value = s[k] if k == "fired" else (schedule_time(s, s[k]) if s[k] else "-")
+        lines.append(f"  {k:<13} {value}")
     lines.append(f"  {'job':<13} {orjson.dumps(s['job']).decode()}")
     return "\n".join(lines)
 
@@ -101,7 +134,7 @@ def event_line(e: dict[str, Any]) -> str:
     job = d.get("job")
     what = job_line(job) if job else orjson.dumps(d).decode()[:160]
     extra = f" — {d['error']}" if d.get("error") else ""
-    return f"{e['seq']:>8}  {e['ts'][11:23]}  {e['type']:<22} {what}{extra}"
+    return f"{e['seq']:>8}  {timetext.stamp(e['ts'], VIEWER, date=False)}  {e['type']:<22} {what}{extra}"
 
 
 AGENT_COLUMNS = (("name", 24), ("host", 14), ("slots", 6), ("slots_used", 10), ("draining", 8),

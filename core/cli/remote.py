@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from core import timetext
 from core.auth.credentials import token_for
 from core.cli.output import (
     AGENT_COLUMNS,
@@ -19,6 +20,9 @@ from core.cli.output import (
     job_line,
     schedule_detail,
     schedule_line,
+    schedule_row,
+    schedule_time,
+    second_zone,
     show,
     table,
 )
@@ -224,18 +228,30 @@ async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
             limit = int(args.limit)
         else:
             raise JobDeckError(f"concurrency must be a number or 'none', not {args.limit!r}")
-        show(
-            args,
-            await c.set_concurrency(args.name, limit),
-            lambda q: f"queue {q['name']}: concurrency {q['concurrency'] or 'unlimited'}",
-        )
+        show(args, await c.set_concurrency(args.name, limit), lambda q: concurrency_line(q, args))
     return 0
+
+
+def _second_zone_name(tz_name: str) -> str:
+    other = second_zone(timetext.zone(tz_name))
+    return "UTC" if str(other) == "UTC" else "your local time"
+
+
+def concurrency_line(q: dict[str, Any], args: argparse.Namespace) -> str:
+    """What a queue's limit now means, and how to undo it."""
+    limit, name = q["concurrency"], q["name"]
+    if limit is None:
+        return f"queue {name}: no concurrency limit"
+    undo = f"`{getattr(args, 'prog', 'jobdeck')} queues concurrency {name} none` removes the limit"
+    if limit == 0:
+        return f"queue {name}: concurrency 0: none of its jobs start, running ones finish ({undo})"
+    return f"queue {name}: at most {limit} of its jobs run at once ({undo})"
 
 
 async def cmd_schedules(c: JobDeckClient, args: argparse.Namespace) -> int:
     action = getattr(args, "schedule_action", None) or "ls"
     if action == "ls":
-        show(args, await c.schedules(), lambda ss: table(ss, SCHEDULE_COLUMNS))
+        show(args, await c.schedules(), lambda ss: table([schedule_row(x) for x in ss], SCHEDULE_COLUMNS))
     elif action == "create":
         spec: dict[str, Any] = {"name": args.name, "job": _job_spec(args), "timezone": args.tz, "paused": args.paused}
         spec["job"].pop("idempotency_key", None)
@@ -252,8 +268,8 @@ async def cmd_schedules(c: JobDeckClient, args: argparse.Namespace) -> int:
             args,
             p,
             lambda p: (
-                f"next fire times ({p['timezone']}):\n"
-                + "\n".join(f"  {t['local']}   {t['utc']} UTC" for t in p["fire_times"])
+                f"next fire times ({p['timezone']}, and {_second_zone_name(p['timezone'])}):\n"
+                + "\n".join(f"  {schedule_time(p, t['utc'])}" for t in p["fire_times"])
             ),
         )
     elif action == "delete":
