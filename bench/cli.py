@@ -20,6 +20,7 @@ from bench.auth import auth_overhead
 from bench.console_lag import console_lag
 from bench.context import RunContext, Scale
 from bench.latency import due_later, due_now
+from bench.lists import job_lists
 from bench.remote import noop_remote, sleepers
 from bench.report import (
     AGENT_NOOP_FLOOR,
@@ -59,6 +60,7 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         (console_lag,),
         False,
     ),
+    "lists": ("job lists at 1,000,000 stored jobs: sorted pages, deep cursors, counts, search", (job_lists,), False),
     "web": (
         "the web dashboard in chromium: commit -> DOM lag at 1,000 events/s; pages with 100,000 jobs stored",
         (web_lag,),

@@ -108,7 +108,9 @@ class JobDeckClient:
         return await self._call("GET", f"/v1/jobs/{job_id}")  # type: ignore[no-any-return]
 
     async def list_jobs(self, **filters: Any) -> Json:
-        """Filters: state, queue, name_prefix, tag, created_after, created_before, cursor, limit."""
+        """Filters: state, queue, name_prefix, tag, q (search), created_after, created_before; sort
+        (id, created, priority, state, queue, duration) and order (asc, desc); cursor, limit;
+        count=True adds `total` (and `total_exact`)."""
         return await self._call("GET", "/v1/jobs", params=filters)  # type: ignore[no-any-return]
 
     async def attempts(self, job_id: int) -> list[Json]:

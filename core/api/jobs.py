@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 
@@ -14,6 +14,7 @@ from core.engine import Engine
 from core.errors import Forbidden, InvalidInput, JobDeckError
 from core.model import ALL_STATES, Job, job_to_dict
 from core.store.base import EventFilter, JobFilter
+from core.store.listing import next_cursor, parse_order
 
 router = APIRouter(prefix="/v1", tags=["jobs"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
@@ -45,7 +46,12 @@ async def create_jobs(body: JobBatch, engine: EngineDep, request: Request) -> di
     return {"ids": [j.id for j, _ in out], "created": sum(1 for _, c in out if c)}
 
 
-@router.get("/jobs", summary="List jobs, newest first")
+SEARCH_HELP = "search: the id, or text in the name, task (command, URL, function, args) or tags"
+SortName = Literal["id", "created", "priority", "state", "queue", "duration"]
+SORT_HELP = "created is the id order; duration is the last attempt's (jobs without a finished one count as -1)"
+
+
+@router.get("/jobs", summary="List jobs: filtered, searched, sorted on the server, paged, counted")
 async def list_jobs(
     engine: EngineDep,
     request: Request,
@@ -53,13 +59,19 @@ async def list_jobs(
     queue: str | None = None,
     name_prefix: str | None = None,
     tag: str | None = None,
+    q: Annotated[str | None, Query(max_length=200, description=SEARCH_HELP)] = None,
     created_after: Annotated[str | None, Query(description="ISO 8601")] = None,
     created_before: Annotated[str | None, Query(description="ISO 8601")] = None,
     schedule_id: int | None = None,
-    cursor: Annotated[int | None, Query(description="next_cursor of the previous page")] = None,
+    sort: Annotated[SortName, Query(description=SORT_HELP)] = "id",
+    order: Literal["asc", "desc"] = "desc",
+    cursor: Annotated[str | None, Query(max_length=300, description="next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    count: Annotated[bool, Query(description="also return `total`: how many jobs match")] = False,
 ) -> dict[str, Any]:
-    """Filter by state, queue, name prefix, tag and creation time; page with `cursor`."""
+    """Filter by state, queue, name prefix, tag, search text and creation time; sort by a column
+    (each served by an index, a page at a time); page with `cursor`. With `count=true`, `total` is
+    the number of matches and `total_exact` says whether it was counted (True) or estimated."""
     states = parse_states(state, "state")
     flt = JobFilter(
         states=states,
@@ -70,9 +82,15 @@ async def list_jobs(
         created_before=parse_time(created_before, "created_before"),
         schedule_id=schedule_id,
         queue_patterns=visible_queues(request),
+        search=(q or "").strip() or None,
     )
-    jobs = await engine.store.list_jobs(flt, cursor, limit)
-    return {"jobs": [view(j, engine) for j in jobs], "next_cursor": jobs[-1].id if len(jobs) == limit else None}
+    ordering = parse_order(sort, order, cursor)
+    jobs = await engine.store.list_jobs(flt, None, limit, ordering)
+    out: dict[str, Any] = {"jobs": [view(j, engine) for j in jobs], "next_cursor": next_cursor(jobs, limit, ordering),
+                           "sort": sort, "order": order}  # fmt: skip
+    if count:
+        out["total"], out["total_exact"] = await engine.store.count_jobs(flt)
+    return out
 
 
 def parse_states(value: str | None, field: str) -> tuple[str, ...]:

@@ -5,12 +5,17 @@ Each takes a pooled connection; none writes, so any node answers them from its o
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import asyncpg
 
 from core.errors import NotFound
 from core.model import Job
 from core.store import _pg_sql as sql
 from core.store.base import FINISHED_EVENTS, Event, EventFilter, JobFilter, like_pattern, queue_view, stats_view
+from core.store.listing import JobOrder, order_sql, search_sql
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -18,15 +23,9 @@ if TYPE_CHECKING:
 EVENT_PAGE = 1000
 
 
-async def list_jobs(c: Conn, flt: JobFilter, before_id: int | None, limit: int) -> list[Job]:
-    """Newest first; `before_id` is the cursor (the last id of the previous page)."""
+def _job_where(flt: JobFilter, arg: Callable[[Any], str]) -> list[str]:
+    """The WHERE terms of a job filter (a listing and its count share them)."""
     where: list[str] = []
-    params: list[Any] = []
-
-    def arg(value: Any) -> str:
-        params.append(value)
-        return f"${len(params)}"
-
     if len(flt.states) == 1:  # `state = $n` lets jobs_state (state, id) give the order too
         where.append(f"state = {arg(flt.states[0])}")
     elif flt.states:
@@ -46,11 +45,49 @@ async def list_jobs(c: Conn, flt: JobFilter, before_id: int | None, limit: int) 
         where.append(f"schedule_id = {arg(flt.schedule_id)}")
     if flt.queue_patterns:  # LIKE's default escape is the backslash, as like_pattern writes it
         where.append(f"queue LIKE ANY({arg([like_pattern(p) for p in flt.queue_patterns])}::text[])")
-    if before_id is not None:
-        where.append(f"id < {arg(before_id)}")
+    if flt.search:
+        where.append(search_sql(flt.search, arg, like="ILIKE", task="task::text", tags="tags::text"))
+    return where
+
+
+def _numbered(params: list[Any]) -> Callable[[Any], str]:
+    def arg(value: Any) -> str:
+        params.append(value)
+        return f"${len(params)}"
+
+    return arg
+
+
+async def list_jobs(c: Conn, flt: JobFilter, before_id: int | None, limit: int, order: JobOrder | None) -> list[Job]:
+    """Newest first unless `order` says otherwise; `before_id` is the id order's cursor."""
+    order = order or JobOrder(after=None if before_id is None else (before_id, before_id))
+    params: list[Any] = []
+    arg = _numbered(params)
+    where = _job_where(flt, arg)
+    after, by = order_sql(order, arg)
+    if after is not None:
+        where.append(after)
     filters = f" WHERE {' AND '.join(where)}" if where else ""
-    query = f"{sql.SELECT_JOB}{filters} ORDER BY id DESC LIMIT {arg(limit)}"
+    query = f"{sql.SELECT_JOB}{filters} ORDER BY {by} LIMIT {arg(limit)}"
     return sql.to_jobs(await c.fetch(query, *params))
+
+
+COUNT_BUDGET_MS = 300  # an exact count that takes longer gives way to the planner's estimate
+
+
+async def count_jobs(c: Conn, flt: JobFilter) -> tuple[int, bool]:
+    """How many jobs match: exactly (True) when counting takes under COUNT_BUDGET_MS, else the
+    planner's estimate (False): an exact count(*) of millions of rows in PostgreSQL reads them all."""
+    params: list[Any] = []
+    where = _job_where(flt, _numbered(params))
+    matching = "FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+    try:
+        async with c.transaction():
+            await c.execute(f"SET LOCAL statement_timeout = {COUNT_BUDGET_MS}")
+            return int(await c.fetchval(f"SELECT count(*) {matching}", *params)), True
+    except asyncpg.QueryCanceledError:
+        plan = await c.fetchval(f"EXPLAIN (FORMAT JSON) SELECT 1 {matching}", *params)
+        return int(json.loads(plan)[0]["Plan"]["Plan Rows"]), False
 
 
 async def list_attempts(c: Conn, job_id: int) -> list[dict[str, Any]]:

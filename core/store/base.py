@@ -13,6 +13,7 @@ from core.errors import JobDeckError, NotFound
 from core.model import Change, Job, iso, job_summary
 from core.schedule import Schedule
 from core.store.audit import AuditFilter, AuditScope
+from core.store.listing import JobOrder
 
 #: A decision about one job, applied inside the store's transaction (see core.model.decide_*).
 Decide = Callable[[Job], Change]
@@ -163,6 +164,7 @@ class JobFilter:
     created_before: float | None = None
     schedule_id: int | None = None
     queue_patterns: Sequence[str] = ()  # shell-style ("payments-*"): only jobs of matching queues (what a team sees)
+    search: str | None = None  # id, or text in the name, task or tags (core/store/listing.py search_sql)
 
 
 def like_pattern(glob: str) -> str:
@@ -235,7 +237,10 @@ class Store(Protocol):
     # jobs
     async def submit_jobs(self, jobs: Sequence[Job]) -> list[tuple[Job, bool]]: ...
     async def get_job(self, job_id: int) -> Job: ...
-    async def list_jobs(self, flt: JobFilter, before_id: int | None, limit: int) -> list[Job]: ...
+    async def list_jobs(
+        self, flt: JobFilter, before_id: int | None, limit: int, order: JobOrder | None = None
+    ) -> list[Job]: ...
+    async def count_jobs(self, flt: JobFilter) -> tuple[int, bool]: ...
     async def list_attempts(self, job_id: int) -> list[dict[str, Any]]: ...
     async def change_jobs(self, decisions: dict[int, Decide]) -> dict[int, Job | JobDeckError]: ...
     async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]: ...

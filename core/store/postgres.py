@@ -27,6 +27,7 @@ from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error,
 from core.store._pg_writes import JobChanges, insert_jobs
 from core.store.audit import AuditFilter
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter, apply_decisions, split_by_idempotency
+from core.store.listing import JobOrder
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -197,9 +198,15 @@ class PostgresStore:
             raise NotFound(f"no job with id {job_id}", field="id")
         return sql.to_job(rows[0])
 
-    async def list_jobs(self, flt: JobFilter, before_id: int | None, limit: int) -> list[Job]:
-        """Newest first; `before_id` is the cursor (the last id of the previous page)."""
-        return await self._read(lambda c: reads.list_jobs(c, flt, before_id, limit))
+    async def list_jobs(
+        self, flt: JobFilter, before_id: int | None, limit: int, order: JobOrder | None = None
+    ) -> list[Job]:
+        """Newest first unless `order` says otherwise; `before_id` is the id order's cursor."""
+        return await self._read(lambda c: reads.list_jobs(c, flt, before_id, limit, order))
+
+    async def count_jobs(self, flt: JobFilter) -> tuple[int, bool]:
+        """How many jobs match: exact if counting is quick, else the planner's estimate (False)."""
+        return await self._read(lambda c: reads.count_jobs(c, flt))
 
     async def list_attempts(self, job_id: int) -> list[dict[str, Any]]:
         """The attempts of a job, oldest first, with their output."""

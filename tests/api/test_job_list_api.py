@@ -1,0 +1,31 @@
+"""GET /v1/jobs for screens: server-side sort with cursors, search (q), and the total count."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.conftest import RunningNode
+
+
+async def test_sorted_searched_counted_pages(running: RunningNode) -> None:
+    c = running.client
+    await c.submit_batch([{"name": f"n{i}", "priority": i % 4, "delay": 600, "tags": ["blue"] if i % 3 else [],
+                           "task": {"kind": "shell", "argv": ["echo", f"order-{i}"]}} for i in range(10)])  # fmt: skip
+    first = await c.list_jobs(sort="priority", order="desc", limit=4, count="true")
+    assert (first["total"], first["total_exact"], first["sort"], first["order"]) == (10, True, "priority", "desc")
+    assert [j["priority"] for j in first["jobs"]] == [3, 3, 2, 2], first["jobs"]
+    rest = await c.list_jobs(sort="priority", order="desc", limit=100, cursor=first["next_cursor"])
+    seen = [j["id"] for j in first["jobs"] + rest["jobs"]]
+    assert len(seen) == len(set(seen)) == 10 and rest["next_cursor"] is None
+    assert "total" not in rest, "counting is asked for, not paid for on every page"
+    found = await c.list_jobs(q="order-7", count="true")
+    assert [j["name"] for j in found["jobs"]] == ["n7"] and found["total"] == 1
+    blue = await c.list_jobs(q="blue", count="true")
+    assert blue["total"] == 6, blue
+
+
+async def test_a_bad_sort_or_cursor_is_a_422_naming_the_field(running: RunningNode) -> None:
+    async with httpx.AsyncClient(base_url=running.url) as http:
+        for params, field in (({"sort": "size"}, "sort"), ({"sort": "priority", "cursor": "high:3"}, "cursor")):
+            r = await http.get("/v1/jobs", params=params)
+            assert r.status_code == 422 and r.json()["field"] == field, r.text

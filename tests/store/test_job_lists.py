@@ -1,0 +1,97 @@
+"""Job lists for screens, on SQLite and PostgreSQL: sorted on the server by each column with keyset
+pages that neither skip nor repeat a job, searched by id, name, task text and tags, and counted.
+(The same at a million jobs is a benchmark: `./dev bench --only lists`.)"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+
+from core.errors import InvalidInput
+from core.model import RunResult, decide_finish, utcnow
+from core.store.base import ClaimRequest, JobFilter
+from core.store.listing import JobOrder, next_cursor, parse_order, sort_value
+from tests.store.conftest import POLICY, StoreKit
+from tests.store.test_conformance import submit
+
+
+async def all_pages(store: Any, flt: JobFilter, sort: str, order: str, size: int) -> list[Any]:
+    """Every job of a sorted list, a page of `size` at a time, following next_cursor."""
+    out: list[Any] = []
+    ordering = parse_order(sort, order, None)
+    while True:
+        page = await store.list_jobs(flt, None, size, ordering)
+        out += page
+        cursor = next_cursor(page, size, ordering)
+        if cursor is None:
+            return out
+        ordering = parse_order(sort, order, str(cursor))
+
+
+async def test_every_sort_pages_through_every_job_once_in_order(kit: StoreKit) -> None:
+    s, now = kit.store, utcnow()
+    specs = [{"name": f"job-{i}", "queue": f"q{i % 3}", "priority": (i * 7) % 5 - 2, "delay": 600 if i % 4 == 0 else 0}
+             for i in range(23)]  # fmt: skip
+    jobs = await submit(s, *specs, now=now)
+    claimed = await s.claim_jobs(ClaimRequest("a1", 8), now)
+
+    # Finished at different times, so their durations differ (and two are equal, to test ties).
+    def finish(seconds: float, job: Any) -> Any:
+        return decide_finish(job, RunResult(job.id, 1, "succeeded", started_at=now, finished_at=now + seconds),
+                             now + seconds, POLICY)  # fmt: skip
+
+    await s.change_jobs({j.id: functools.partial(finish, 1 + min(k, 5)) for k, j in enumerate(claimed)})
+    every = {j.id: j for j in await s.list_jobs(JobFilter(), None, 1000)}
+    assert len(every) == len(jobs)
+    for sort in ("id", "created", "priority", "state", "queue", "duration"):
+        for order in ("desc", "asc"):
+            got = await all_pages(s, JobFilter(), sort, order, 4)
+            expected = sorted(every.values(), key=lambda j: (sort_value(j, sort), j.id), reverse=order == "desc")
+            assert [j.id for j in got] == [j.id for j in expected], f"sort={sort} order={order}"
+    durations = [sort_value(j, "duration") for j in await all_pages(s, JobFilter(), "duration", "desc", 5)]
+    assert durations[0] == 6.0 and durations[-1] == -1.0, durations
+    page = await all_pages(s, JobFilter(queue="q1", states=["queued"]), "priority", "desc", 2)
+    assert page and all(j.queue == "q1" and j.state == "queued" for j in page)
+
+
+async def test_search_by_id_name_task_text_and_tag(kit: StoreKit) -> None:
+    s = kit.store
+    a, b, c = await submit(
+        s,
+        {"name": "invoice-eu", "task": {"kind": "python", "function": "billing:charge", "args": ["cust-4711", 12]}},
+        {"name": "Nightly Report", "tags": ["finance", "weekly_run"]},
+        {"name": "other", "task": {"kind": "shell", "argv": ["echo", "100%_done"]}},
+    )
+
+    async def found(text: str) -> list[int]:
+        return sorted(j.id for j in await s.list_jobs(JobFilter(search=text), None, 100))
+
+    assert await found("cust-4711") == [a.id], "a value inside the args"
+    assert await found("billing:charge") == [a.id], "the function"
+    assert await found("nightly") == [b.id], "the name, case-insensitively"
+    assert await found("weekly_run") == [b.id], "a tag (and _ is not a wildcard)"
+    assert await found("100%_") == [c.id], "% is literal"
+    assert c.id in await found(str(c.id)), "the id"
+    assert await found("nothing-like-this") == []
+    assert await s.count_jobs(JobFilter(search="cust-4711")) == (1, True)
+
+
+async def test_counts_follow_the_filters(kit: StoreKit) -> None:
+    s = kit.store
+    await submit(s, *({"queue": "a" if i < 7 else "b", "tags": ["t"] if i % 2 else []} for i in range(12)))
+    assert await s.count_jobs(JobFilter()) == (12, True)
+    assert await s.count_jobs(JobFilter(queue="a")) == (7, True)
+    assert await s.count_jobs(JobFilter(queue="b", tag="t")) == (3, True)
+    assert await s.count_jobs(JobFilter(states=["running"])) == (0, True)
+    assert await s.count_jobs(JobFilter(queue_patterns=["b*"])) == (5, True)
+
+
+def test_bad_sort_order_and_cursor_are_422s_naming_the_field() -> None:
+    for args, field in ((("size", "desc", None), "sort"), (("id", "up", None), "order"),
+                        (("priority", "desc", "high:3"), "cursor"), (("id", "desc", "x"), "cursor")):  # fmt: skip
+        with pytest.raises(InvalidInput) as caught:
+            parse_order(*args)
+        assert caught.value.field == field, (args, caught.value.message)
+    assert parse_order("queue", "asc", "emails:eu:42") == JobOrder("queue", False, ("emails:eu", 42))
