@@ -17,7 +17,7 @@ async def sleep(seconds: float) -> float:
 
 
 def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Return the arguments (a sync task: runs on a thread)."""
+    """Return the arguments (a sync task: runs in a worker process of the agent)."""
     return {"args": list(args), "kwargs": kwargs}
 
 

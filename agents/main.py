@@ -11,7 +11,7 @@ import sys
 import traceback
 
 from agents.runtime import AgentConfig, AgentRefused, AgentRuntime
-from agents.sdk import registered_names
+from agents.sdk import note_imported, registered_names
 from core.client import JobDeckClient
 from core.protocol import Channel
 
@@ -23,6 +23,7 @@ def import_task_modules(modules: list[str]) -> str | None:
     for name in modules:
         try:
             importlib.import_module(name)
+            note_imported(name)  # the python worker processes import it too
         except Exception as exc:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             at = "" if where.filename.startswith("<") else f" ({where.filename}:{where.lineno})"
@@ -89,6 +90,7 @@ def main(
     shutdown_grace_seconds: float,
     log_level: str = "info",
     token: str | None = None,
+    secrets_dir: str | None = None,
 ) -> int:
     """Entry point of `jobdeck agent` (called by core.cli)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -105,6 +107,7 @@ def main(
         labels=labels,
         heartbeat_seconds=heartbeat_seconds,
         kill_grace_seconds=kill_grace_seconds,
+        secrets_dir=secrets_dir or None,
     )
     if name:
         config.name = name

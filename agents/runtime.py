@@ -21,6 +21,8 @@ from typing import Any
 import orjson
 
 from agents.handlers import HANDLERS, RunContext
+from agents.pool import WorkerPool
+from agents.secrets import SecretStore
 from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed, Message
 
 log = logging.getLogger("jobdeck.agent")
@@ -40,6 +42,7 @@ class AgentConfig:
     heartbeat_seconds: float = 5.0
     kill_grace_seconds: float = 5.0
     output_tail_bytes: int = 64 * 1024
+    secrets_dir: str | None = None  # a folder with one file per secret (besides JOBDECK_SECRET_* variables)
 
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # results are sent in messages of at most about this size
@@ -91,6 +94,8 @@ class AgentRuntime:
         self._lease = 3 * config.heartbeat_seconds  # until a core tells us its lease
         self._last_contact = time.monotonic()
         self._fenced: set[tuple[int, int]] = set()
+        self.workers = WorkerPool(config.slots)  # sync python tasks run in these processes
+        self.secrets = SecretStore(config.secrets_dir)
 
     # ------------------------------------------------------------ connections
 
@@ -214,7 +219,8 @@ class AgentRuntime:
         def stream(chunk: bytes) -> None:
             self._output.setdefault(key, []).append(chunk)
 
-        ctx = RunContext(job_id, attempt, self.config.output_tail_bytes, self.config.kill_grace_seconds, stream)
+        ctx = RunContext(job_id, attempt, self.config.output_tail_bytes, self.config.kill_grace_seconds, stream,
+                         self.workers, self.secrets)  # fmt: skip
         report: Message = {"job_id": job_id, "attempt": attempt, "started_at": time.time()}
         size = 200
         handler = HANDLERS.get(task.get("kind", ""))
@@ -333,6 +339,7 @@ class AgentRuntime:
             for t in late:
                 t.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        await self.workers.close()
         if self._results and self._channel is not None:
             self._flushed.clear()
             self._results_ready.set()

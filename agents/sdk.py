@@ -9,12 +9,14 @@
     await client.enqueue(send_welcome, 42, lang="fr")
 
 Agents load tasks with `jobdeck agent --import myproject.tasks`; a task is named
-`module:function` and that name is what a job carries.
+`module:function` and that name is what a job carries. Inside a running task,
+`current_job()` tells which job and attempt this is (to make side effects idempotent).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -22,6 +24,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
+_IMPORTED: list[str] = []  # the modules the agent was told to import (`--import`), in order
 
 
 @dataclass(frozen=True)
@@ -80,3 +83,52 @@ def registered(name: str) -> Callable[..., Any] | None:
 def registered_names() -> list[str]:
     """Every registered task name."""
     return sorted(_REGISTRY)
+
+
+def note_imported(module: str) -> None:
+    """Remember that the agent imported `module` for its tasks (its worker processes import it too)."""
+    if module not in _IMPORTED:
+        _IMPORTED.append(module)
+
+
+def task_modules() -> list[str]:
+    """The modules a worker process imports before its first call: the agent's `--import` modules,
+    then the module of every registered task, so every `@task` name resolves there as it does here."""
+    found = list(_IMPORTED)
+    for name in _REGISTRY:
+        module = name.partition(":")[0]
+        if module not in found and module != "__main__":
+            found.append(module)
+    return found
+
+
+@dataclass(frozen=True)
+class CurrentJob:
+    """The job a task is running for: `id` and `attempt` (1, 2, ...), and the task's `env` with its
+    secrets resolved (python tasks' own variables; sync tasks also find them in os.environ)."""
+
+    id: int
+    attempt: int
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+_CURRENT: ContextVar[CurrentJob | None] = ContextVar("jobdeck_current_job", default=None)
+
+
+def current_job() -> CurrentJob:
+    """The job this task runs for, e.g. `f"order-{current_job().id}"` as an idempotency key.
+    Raises LookupError outside a task run by an agent (e.g. when a test calls the function itself)."""
+    job = _CURRENT.get()
+    if job is None:
+        raise LookupError("current_job() is only known inside a task run by a JobDeck agent")
+    return job
+
+
+def enter_job(job: CurrentJob) -> Token[CurrentJob | None]:
+    """Make `job` the current job of this context (the agent does this around each call)."""
+    return _CURRENT.set(job)
+
+
+def leave_job(token: Token[CurrentJob | None]) -> None:
+    """Undo `enter_job`."""
+    _CURRENT.reset(token)

@@ -21,6 +21,8 @@ from bench.console_lag import console_lag
 from bench.context import RunContext, Scale
 from bench.latency import due_later, due_now
 from bench.lists import job_lists
+from bench.python_tasks import calls as python_calls
+from bench.python_tasks import jobs as python_jobs
 from bench.remote import noop_remote, sleepers
 from bench.report import (
     AGENT_NOOP_FLOOR,
@@ -53,6 +55,11 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
     "agent": (
         "one remote agent process: no-op throughput (local agent as baseline), 10,000 sleeping jobs and its RSS",
         (noop_remote, sleepers),
+        False,
+    ),
+    "python": (
+        "sync python tasks in worker processes vs a thread per call (old path) and vs async tasks; worker start",
+        (python_calls, python_jobs),
         False,
     ),
     "console": (

@@ -31,6 +31,8 @@ class Scale:
     console_rate: float = 1000.0  # events per second into the console
     console_seconds: float = 10.0
     console_store_jobs: int = 100_000  # jobs in the store under the console
+    python_calls: int = 2_000  # sync python calls per measurement of the python benchmark
+    python_jobs: int = 2_000  # jobs per run of its end-to-end half
     poll_seconds: float = 0.5  # how often completion is polled
     stall_seconds: float = 30.0  # no progress for this long: the jobs are reported stuck
 
@@ -51,6 +53,8 @@ class Scale:
             sleep_seconds=5.0,
             console_seconds=3.0,
             console_store_jobs=20_000,
+            python_calls=300,
+            python_jobs=500,
         )
 
 

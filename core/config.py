@@ -32,6 +32,7 @@ class Settings:
     heartbeat_seconds: float = 5.0
     kill_grace_seconds: float = 5.0
     shutdown_grace_seconds: float = 10.0  # on SIGTERM, running local jobs get this long to finish
+    secrets_dir: str = ""  # the local agent's secrets: one file per secret (besides JOBDECK_SECRET_* variables)
     # Scheduling policy
     aging_seconds_per_priority: float = 60.0
     claim_batch: int = 512

@@ -1,64 +1,60 @@
-"""The python handler: a sync or async callable named by a dotted path, with JSON args and kwargs."""
+"""The python handler: a sync or async callable named by a dotted path, with JSON args and kwargs.
+
+An async function runs in the agent's event loop (cancelling it stops it at its next await).
+A sync function runs in a worker process of the agent's pool (agents/pool.py), which is
+terminated on timeout or cancel, so a run that was stopped never goes on beside its retry.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
-from collections.abc import Callable
 from typing import Any
 
 from agents.handlers.base import Outcome, RunContext
-from agents.sdk import registered
+from agents.pool import WorkerPool
+from agents.sdk import CurrentJob, enter_job, leave_job
+from agents.secrets import SecretNotFound
+from agents.tasknames import TaskNotFound, resolve
 
-_cache: dict[str, Callable[..., Any]] = {}
-
-
-class TaskNotFound(LookupError):
-    """No callable at that dotted path."""
-
-
-def resolve(path: str) -> Callable[..., Any]:
-    """`package.module:function` or `package.module.function` to the callable."""
-    cached = _cache.get(path) or registered(path)
-    if cached is not None:
-        return cached
-    module_name, sep, attr = path.partition(":")
-    if not sep:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise TaskNotFound(f"{path!r} is not a dotted path like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TaskNotFound(f"cannot import {module_name!r} for task {path!r}: {exc}") from None
-    obj: Any = module
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise TaskNotFound(f"module {module_name!r} has no {attr!r}")
-    if not callable(obj):
-        raise TaskNotFound(f"{path!r} is not callable")
-    fn: Callable[..., Any] = obj
-    _cache[path] = fn
-    return fn
+__all__ = ["TaskNotFound", "resolve", "run_python"]
 
 
 async def run_python(task: dict[str, Any], ctx: RunContext) -> Outcome:
     """Call the function; its JSON-able return value becomes the job's result."""
     try:
         fn = resolve(task["function"])
-    except TaskNotFound as exc:
+        env = ctx.resolve_env(task.get("env"))
+    except (TaskNotFound, SecretNotFound) as exc:
         return Outcome(False, str(exc), retryable=False)
     args, kwargs = task.get("args") or [], task.get("kwargs") or {}
+    if not inspect.iscoroutinefunction(fn):
+        return await _run_in_worker(task["function"], args, kwargs, env, ctx)
+    token = enter_job(CurrentJob(ctx.job_id, ctx.attempt, env))
     try:
-        if inspect.iscoroutinefunction(fn):
-            value = await fn(*args, **kwargs)
-        else:
-            # A sync function runs on a thread; on cancel it is abandoned, not interrupted.
-            value = await asyncio.to_thread(fn, *args, **kwargs)
+        value = await fn(*args, **kwargs)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        return Outcome(False, f"{type(exc).__name__}: {exc}")
-    return Outcome(True, result=value)
+        return Outcome(False, ctx.redact(f"{type(exc).__name__}: {exc}"))
+    finally:
+        leave_job(token)
+    return Outcome(True, result=ctx.redact_value(value))
+
+
+async def _run_in_worker(
+    function: str, args: list[Any], kwargs: dict[str, Any], env: dict[str, str], ctx: RunContext
+) -> Outcome:
+    request = {"function": function, "args": args, "kwargs": kwargs, "env": env,
+               "job_id": ctx.job_id, "attempt": ctx.attempt}  # fmt: skip
+    if ctx.workers is not None:
+        reply = await ctx.workers.call(request, ctx.write, ctx.kill_grace)
+    else:  # no agent around (a handler called on its own): a worker process for this one call
+        pool = WorkerPool(1)
+        try:
+            reply = await pool.call(request, ctx.write, ctx.kill_grace)
+        finally:
+            await asyncio.shield(pool.close())
+    if reply.ok:
+        return Outcome(True, result=ctx.redact_value(reply.result))
+    return Outcome(False, ctx.redact(reply.error or "failed"), retryable=reply.retryable)

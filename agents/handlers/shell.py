@@ -3,42 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import os
-import signal
 from typing import Any
 
 from agents.handlers.base import Outcome, RunContext
-
-_PR_SET_PDEATHSIG = 1
-try:
-    _libc: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
-except OSError:  # not Linux
-    _libc = None
-
-
-def _die_with_parent() -> None:
-    # If the agent is killed outright, its commands die with it instead of running on unowned.
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-async def _stop(proc: asyncio.subprocess.Process, grace: float) -> None:
-    """SIGTERM the command's process group, then SIGKILL after `grace` seconds."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            await asyncio.wait_for(proc.wait(), wait)
-            return
-        except TimeoutError:
-            continue
+from agents.process import describe_exit, die_with_parent, stop_group
+from agents.secrets import SecretNotFound, task_environ
 
 
 async def run_shell(task: dict[str, Any], ctx: RunContext) -> Outcome:
     """Run the command; exit code 0 is success. Output (stdout and stderr together) goes to the tail."""
-    env = {**os.environ, **{str(k): str(v) for k, v in (task.get("env") or {}).items()}}
+    try:
+        env = {**task_environ(), **ctx.resolve_env(task.get("env"))}
+    except SecretNotFound as exc:
+        return Outcome(False, str(exc), retryable=False)
     env["JOBDECK_JOB_ID"] = str(ctx.job_id)
     env["JOBDECK_ATTEMPT"] = str(ctx.attempt)
     common: dict[str, Any] = dict(
@@ -48,7 +26,7 @@ async def run_shell(task: dict[str, Any], ctx: RunContext) -> Outcome:
         env=env,
         cwd=task.get("cwd") or None,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent,
     )
     try:
         if task.get("argv"):
@@ -70,10 +48,10 @@ async def run_shell(task: dict[str, Any], ctx: RunContext) -> Outcome:
             ctx.write(chunk)
         code = await proc.wait()
     except asyncio.CancelledError:
-        await asyncio.shield(_stop(proc, ctx.kill_grace))
+        await asyncio.shield(stop_group(proc, ctx.kill_grace))
         raise
     if code == 0:
         return Outcome(True, exit_code=0)
-    error = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    error = describe_exit(code)
     last = ctx.last_line()
     return Outcome(False, f"{error}: {last}" if last else error, exit_code=code)

@@ -103,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--kill-grace", type=float, default=5.0, dest="kill_grace", help="SIGTERM to SIGKILL on cancel")
     s.add_argument(
+        "--secrets-dir",
+        dest="secrets_dir",
+        default=os.environ.get("JOBDECK_SECRETS_DIR", ""),
+        metavar="DIR",
+        help="a folder with one file per secret that jobs name in their env (env JOBDECK_SECRETS_DIR); "
+        "JOBDECK_SECRET_<NAME> variables of the agent are secrets too",
+    )
+    s.add_argument(
         "--shutdown-grace",
         type=float,
         default=30.0,

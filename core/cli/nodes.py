@@ -33,6 +33,7 @@ def attach_local_agent(node: Node, name: str | None = None) -> None:
         heartbeat_seconds=settings.heartbeat_seconds,
         kill_grace_seconds=settings.kill_grace_seconds,
         output_tail_bytes=settings.output_tail_bytes,
+        secrets_dir=str(settings.secrets_dir) if settings.secrets_dir else None,
     )
     runtime = AgentRuntime(config)
     if getattr(node.store, "single_node", False):
@@ -217,6 +218,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         kill_grace_seconds=args.kill_grace,
         shutdown_grace_seconds=args.shutdown_grace,
         token=args.token or None,
+        secrets_dir=args.secrets_dir or None,
     )
 
 

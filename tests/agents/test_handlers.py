@@ -19,7 +19,6 @@ from agents.handlers import HANDLERS, RunContext
 from agents.handlers.http import run_http
 from agents.handlers.python import run_python
 from agents.handlers.shell import run_shell
-from tests.agents import tasks_for_tests
 from tests.conftest import until
 
 TASKS = "tests.agents.tasks_for_tests"
@@ -283,14 +282,12 @@ async def test_a_dotted_path_without_a_colon_and_a_nested_attribute_resolve() ->
     assert (out.ok, out.result) == (True, 42)
 
 
-async def test_a_sync_function_does_not_block_the_event_loop() -> None:
-    tasks_for_tests.started.clear()
-    tasks_for_tests.release.clear()
-    run = asyncio.create_task(
-        run_python({"kind": "python", "function": f"{TASKS}:wait_for_release", "args": [5]}, ctx())
-    )
-    await until(tasks_for_tests.started.is_set, what="the task to start")
-    tasks_for_tests.release.set()  # only possible if the loop is free while the function runs
+async def test_a_sync_function_does_not_block_the_event_loop(tmp_path: Path) -> None:
+    started, release = tmp_path / "started", tmp_path / "release"
+    task = {"kind": "python", "function": f"{TASKS}:wait_for_release", "args": [str(started), str(release), 10]}
+    run = asyncio.create_task(run_python(task, ctx()))
+    await until(started.exists, what="the task to start")
+    release.touch()  # only possible if the loop is free while the function runs
     out = await run
     assert (out.ok, out.result) == (True, True), "the function was not released: it blocked the event loop"
 

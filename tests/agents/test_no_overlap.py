@@ -1,0 +1,140 @@
+"""A job never runs twice at once, whatever its handler: under a timeout and under a cancel, the next
+attempt starts only after the previous one really stopped, and a stopped run never goes on.
+
+Each task notes, from inside itself, its start, a tick every 50 ms and its end (tasks_for_tests
+record_ticks). A real `jobdeck server` and a real `jobdeck agent` process run all six cases at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from core.client import JobDeckClient
+from tests.agents.conftest import TASKS, RemoteAgent
+from tests.agents.test_handlers import alive
+from tests.conftest import ROOT, until
+
+RUN_SECONDS = 3.0  # how long each run would take if nobody stopped it
+TIMEOUT = 1.0
+
+
+@dataclass
+class Run:
+    """One run as the task itself saw it."""
+
+    run: str
+    pid: int
+    start: float
+    last: float  # the last note it wrote: it was still running then
+    ended: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def runs_of(log: Path, case: str) -> list[Run]:
+    """Every run of `case` noted in `log`, in the order they started."""
+    runs: dict[str, Run] = {}
+    text = log.read_text() if log.exists() else ""
+    for line in text.splitlines():
+        what, c, run, pid, t = line.split()
+        if c != case:
+            continue
+        r = runs.setdefault(run, Run(run, int(pid), float(t), float(t)))
+        r.last = max(r.last, float(t))
+        r.ended = r.ended or what == "end"
+    return sorted(runs.values(), key=lambda r: r.start)
+
+
+def task_of(kind: str, log: Path, case: str) -> dict[str, Any]:
+    args = [str(log), case, RUN_SECONDS]
+    if kind == "sync":
+        return {"kind": "python", "function": f"{TASKS}:record_ticks", "args": args}
+    if kind == "async":
+        return {"kind": "python", "function": f"{TASKS}:record_ticks_async", "args": args}
+    code = f"import sys; from {TASKS} import record_ticks; record_ticks(sys.argv[1], sys.argv[2], float(sys.argv[3]))"
+    return {"kind": "shell", "argv": [sys.executable, "-c", code, *map(str, args)], "cwd": str(ROOT)}
+
+
+async def _timeout_case(c: JobDeckClient, kind: str, log: Path) -> list[str]:
+    """Two attempts, each stopped by its timeout; the job ends dead."""
+    case = f"{kind}-timeout"
+    spec = {
+        "task": task_of(kind, log, case),
+        "timeout": TIMEOUT,
+        "max_attempts": 2,
+        "backoff": {"base": 0.1, "cap": 0.1},
+    }
+    job = await c.submit(spec)
+    done = await c.wait_for(job["id"], timeout=30)
+    outcomes = [a["outcome"] for a in await c.attempts(job["id"])]
+    if (done["state"], outcomes) != ("dead", ["timeout", "timeout"]):
+        return [f"{case}: expected dead after two timeouts, got {done['state']} with attempts {outcomes}"]
+    return []
+
+
+def _has_runs(log: Path, case: str, n: int) -> bool:
+    return len(runs_of(log, case)) >= n
+
+
+async def _cancel_case(c: JobDeckClient, kind: str, log: Path) -> list[str]:
+    """Cancel the run, retry the job at once, cancel the second run too."""
+    case = f"{kind}-cancel"
+    job = await c.submit({"task": task_of(kind, log, case), "max_attempts": 1})
+    for n in (1, 2):
+        await until(partial(_has_runs, log, case, n), 20, f"{case}: run {n} to start")
+        await c.job_action(job["id"], "cancel")
+        done = await c.wait_for(job["id"], timeout=20)
+        if done["state"] != "cancelled":
+            return [f"{case}: expected cancelled after cancelling run {n}, got {done['state']}"]
+        if n == 1:
+            await c.job_action(job["id"], "retry")  # the retry may start the moment the core allows it
+    return []
+
+
+async def test_no_two_attempts_of_a_job_overlap_and_a_stopped_run_never_goes_on(
+    remote_agent: RemoteAgent, tmp_path: Path
+) -> None:
+    client, log = remote_agent.client, tmp_path / "ticks.log"
+    kinds = ("sync", "async", "shell")
+    results = await asyncio.gather(
+        *(_timeout_case(client, k, log) for k in kinds), *(_cancel_case(client, k, log) for k in kinds)
+    )
+    problems = [p for r in results for p in r]
+    cases = [f"{k}-{how}" for how in ("timeout", "cancel") for k in kinds]
+    # Wait past the natural end of every run: a run that was not really stopped would note more.
+    latest = max(r.start for case in cases for r in runs_of(log, case))
+    await until(lambda: time.time() > latest + RUN_SECONDS + 0.5, RUN_SECONDS + 5, "the runs' natural end")
+    for case in cases:
+        runs = runs_of(log, case)
+        if len(runs) != 2:
+            problems.append(f"{case}: expected 2 runs, got {len(runs)}: {runs}")
+            continue
+        first, second = runs
+        if second.start <= first.last:
+            problems.append(
+                f"{case}: run 2 started at {second.start:.3f} while run 1 still ran (it noted {first.last:.3f}): "
+                f"overlap of {first.last - second.start:.2f} s"
+            )
+        for n, r in enumerate(runs, 1):
+            if r.ended:
+                problems.append(f"{case}: run {n} was stopped but ran on to its end")
+            if not case.startswith("async") and alive(r.pid):
+                problems.append(f"{case}: run {n}'s process {r.pid} still runs")
+    assert not problems, "expected no overlap and no run going on after its stop, got:\n" + "\n".join(problems)
+
+
+async def test_a_sync_task_dies_with_its_agent(remote_agent: RemoteAgent, tmp_path: Path) -> None:
+    log = tmp_path / "ticks.log"
+    await remote_agent.client.submit({"task": task_of("sync", log, "orphan")})
+    await until(lambda: runs_of(log, "orphan"), 20, "the task to start")
+    remote_agent.proc.kill()  # SIGKILL: the agent cannot clean up
+    remote_agent.proc.wait(10)
+    killed = time.time()
+    pid = runs_of(log, "orphan")[0].pid
+    await until(lambda: not alive(pid), 5, f"the worker process {pid} to die with its agent")
+    assert runs_of(log, "orphan")[0].last < killed + 0.5, "the task went on after its agent died"

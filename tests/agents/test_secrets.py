@@ -1,0 +1,130 @@
+"""Secrets named in a task's env: resolved on the agent (a secrets folder, then its environment),
+given to the task, and redacted from everything the run shows (output, live stream, errors, results)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.handlers import RunContext
+from agents.handlers.python import run_python
+from agents.handlers.shell import run_shell
+from agents.pool import WorkerPool
+from agents.secrets import SecretStore, env_name
+
+TASKS = "tests.agents.tasks_for_tests"
+VALUE = "hunter2-Zq9!x"
+REF = {"DB_PASSWORD": {"secret": "db-password"}}
+
+
+@pytest.fixture
+def secrets_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "secrets"
+    folder.mkdir()
+    (folder / "db-password").write_text(VALUE + "\n")  # as `echo value > file` writes it
+    return folder
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[WorkerPool]:
+    p = WorkerPool(2)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+def ctx(store: SecretStore, pool: WorkerPool | None = None, **kw: Any) -> RunContext:
+    return RunContext(1, 1, secrets=store, workers=pool, **kw)
+
+
+async def test_a_shell_task_gets_the_secret_and_what_it_prints_is_redacted(secrets_dir: Path) -> None:
+    streamed: list[bytes] = []
+    c = ctx(SecretStore(secrets_dir), stream=streamed.append)
+    command = (
+        'test "$DB_PASSWORD" = "$EXPECTED" && echo match; echo "pw=$DB_PASSWORD."; echo "$DB_PASSWORD" >&2; exit 3'
+    )
+    out = await run_shell({"kind": "shell", "command": command, "env": {**REF, "EXPECTED": VALUE}}, c)
+    assert (out.ok, out.exit_code) == (False, 3)
+    assert c.output == "match\npw=[secret db-password].\n[secret db-password]\n"
+    assert VALUE not in b"".join(streamed).decode(), "the live stream must be redacted too"
+    assert out.error == "exit code 3: [secret db-password]", out.error
+
+
+async def test_the_agents_environment_holds_secrets_and_the_folder_comes_first(secrets_dir: Path) -> None:
+    environ = {env_name("db-password"): "from-env", env_name("api.token"): "tok-from-env"}
+    assert env_name("api.token") == "JOBDECK_SECRET_API_TOKEN"
+    store = SecretStore(secrets_dir, environ)
+    assert (store.get("db-password"), store.get("api.token")) == (VALUE, "tok-from-env")
+    assert SecretStore(None, environ).get("db-password") == "from-env"
+
+
+async def test_an_unknown_secret_fails_at_once_saying_where_the_agent_looked(secrets_dir: Path) -> None:
+    c = ctx(SecretStore(secrets_dir, {}))
+    out = await run_shell({"kind": "shell", "command": "echo never", "env": {"X": {"secret": "nope"}}}, c)
+    assert (out.ok, out.retryable) == (False, False)
+    expected = f"secret 'nope' not found on this agent: no file {secrets_dir / 'nope'} and no JOBDECK_SECRET_NOPE"
+    assert out.error is not None and out.error.startswith(expected), out.error
+    assert c.output == "", "the command must not run"
+    out = await run_python({"kind": "python", "function": f"{TASKS}:add", "args": [1, 2],
+                            "env": {"X": {"secret": "nope"}}}, ctx(SecretStore(None, {})))  # fmt: skip
+    assert (out.ok, out.retryable) == (False, False) and "--secrets-dir" in (out.error or ""), out.error
+
+
+@pytest.mark.parametrize("name", ["../secrets/db-password", "/etc/passwd", ".hidden", ""])
+async def test_a_secret_name_cannot_reach_outside_the_folder(secrets_dir: Path, name: str) -> None:
+    out = await run_shell(
+        {"kind": "shell", "command": "true", "env": {"X": {"secret": name}}}, ctx(SecretStore(secrets_dir))
+    )
+    assert (out.ok, out.retryable) == (False, False)
+    assert "is not a secret name" in (out.error or ""), out.error
+
+
+async def test_tasks_never_see_the_secret_variables_of_the_agent(
+    monkeypatch: pytest.MonkeyPatch, pool: WorkerPool
+) -> None:
+    monkeypatch.setenv("JOBDECK_SECRET_HIDDEN", "agent-only")
+    c = ctx(SecretStore())
+    assert (await run_shell({"kind": "shell", "command": "env"}, c)).ok
+    assert "JOBDECK_SECRET_HIDDEN" not in c.output and "JOBDECK_JOB_ID=1" in c.output
+    # The worker processes of this pool start after the variable was set: they must not have it either.
+    out = await run_python({"kind": "python", "function": f"{TASKS}:identity", "args": ["JOBDECK_SECRET_HIDDEN"]},
+                           ctx(SecretStore(), pool))  # fmt: skip
+    assert out.ok and out.result["value"] is None, out
+
+
+async def test_a_sync_python_task_gets_its_secret_in_os_environ_and_leaks_nothing(
+    secrets_dir: Path, pool: WorkerPool
+) -> None:
+    c = ctx(SecretStore(secrets_dir), pool)
+    ok = await run_python({"kind": "python", "function": f"{TASKS}:identity", "args": ["DB_PASSWORD"], "env": REF}, c)
+    assert ok.ok and ok.result["value"] == ok.result["job_env"] == "[secret db-password]", (
+        "the value reached the task, and its echo in the result was redacted"
+    )
+    c = ctx(SecretStore(secrets_dir), pool)
+    out = await run_python({"kind": "python", "function": f"{TASKS}:leak", "args": ["DB_PASSWORD"], "env": REF}, c)
+    assert (out.ok, out.error) == (False, "RuntimeError: could not log in with [secret db-password]")
+    assert c.output == "the password is [secret db-password]!\n"
+
+
+async def test_an_async_python_task_gets_its_secret_from_current_job(secrets_dir: Path) -> None:
+    task = {"kind": "python", "function": f"{TASKS}:leak_async", "args": ["DB_PASSWORD"], "env": REF}
+    out = await run_python(task, ctx(SecretStore(secrets_dir)))
+    assert (out.ok, out.result) == (True, {"secret": "[secret db-password]"})
+    assert "DB_PASSWORD" not in os.environ, "an async task shares the agent's process: its env is not set there"
+
+
+def test_a_secret_split_across_writes_is_still_redacted() -> None:
+    streamed: list[bytes] = []
+    c = RunContext(1, 1, stream=streamed.append)
+    c.hide("pw", "abcdefgh")
+    c.hide("key", "-----BEGIN KEY-----\nAAAABBBBCCCC\n-----END KEY-----")
+    for chunk in (b"x abc", b"def", b"gh y AAAAB", b"BBBCCCC", b" ab"):
+        c.write(chunk)
+    assert c.output == "x [secret pw] y [secret key] ab"
+    assert b"".join(streamed) == c.output.encode(), "the stream gets the held-back tail at the end"
+    assert c.redact("token abcdefgh") == "token [secret pw]"
