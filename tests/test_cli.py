@@ -103,3 +103,13 @@ def test_concurrency_zero_holds_a_queue_says_so_and_none_lifts_it(jobdeck_proces
 
 def job_state(server: ServerProcess, job_id: int) -> str:
     return str(json.loads(jobdeck(server, "--json", "jobs", "show", str(job_id)).stdout)["job"]["state"])
+
+
+def test_env_secret_stores_only_the_reference_and_the_agent_resolves_it(jobdeck_process: ServerProcess) -> None:
+    out = jobdeck(jobdeck_process, "--json", "submit", "--env", "PLAIN=visible", "--env-secret", "PW=db-password",
+                  "--max-attempts", "1", "--", "true")  # fmt: skip
+    job = json.loads(out.stdout)
+    assert job["task"]["env"] == {"PLAIN": "visible", "PW": {"secret": "db-password"}}, job["task"]
+    shown = jobdeck(jobdeck_process, "jobs", "tail", str(job["id"]))  # follows it until it ends
+    shown = jobdeck(jobdeck_process, "jobs", "show", str(job["id"]))
+    assert "dead" in shown.stdout and "secret 'db-password' not found on this agent" in shown.stdout, shown.stdout

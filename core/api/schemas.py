@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -39,14 +40,46 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+SECRET_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}$"
+_SECRET_NAME = re.compile(SECRET_NAME)
+
+
+class SecretRef(_Strict):
+    """An env value that stays out of the job: the agent puts the secret of this name there at run time."""
+
+    secret: str = Field(pattern=SECRET_NAME, description="the secret's name on the agent (a file name: no '/')")
+
+
+ENV_DOC = ("variables for the task; a value is a string (stored with the job: anyone who can read the job "
+           'sees it) or {"secret": "name"}, resolved on the agent and never stored')  # fmt: skip
+
+
+def _env_values(env: Any) -> Any:
+    """Each env value is a string or {"secret": "name"}: say which key is wrong, and how."""
+    if not isinstance(env, dict):
+        return env  # pydantic says it is not an object
+    for key, value in env.items():
+        if isinstance(value, str):
+            continue
+        if isinstance(value, dict) and set(value) == {"secret"} and isinstance(value["secret"], str):
+            if not _SECRET_NAME.match(value["secret"]):
+                raise ValueError(f"{key!r}: {value['secret']!r} is not a secret name (letters, digits, _ . -; no '/')")
+            continue
+        shown = json.dumps(value, default=str)
+        raise ValueError(f'{key!r} must be a string or {{"secret": "name"}}, not {shown[:60]}')
+    return env
+
+
 class ShellTask(_Strict):
     """Run a command: `command` (a /bin/sh string) or `argv` (no shell)."""
 
     kind: Literal["shell"]
     command: str | None = Field(None, min_length=1, max_length=100_000)
     argv: list[str] | None = Field(None, min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str | SecretRef] = Field(default_factory=dict, description=ENV_DOC)
     cwd: str | None = None
+
+    _env = field_validator("env", mode="before")(_env_values)
 
     @model_validator(mode="after")
     def _one_of(self) -> ShellTask:
@@ -72,6 +105,12 @@ class PythonTask(_Strict):
     function: str = Field(max_length=300)
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str | SecretRef] = Field(
+        default_factory=dict,
+        description=ENV_DOC + "; a sync function finds them in os.environ, any in current_job().env",
+    )
+
+    _env = field_validator("env", mode="before")(_env_values)
 
     @field_validator("function")
     @classmethod

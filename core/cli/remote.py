@@ -62,8 +62,9 @@ def _job_spec(args: argparse.Namespace) -> dict[str, Any]:
         raise JobDeckError(
             "say what to run: `-- COMMAND ARGS`, --sh 'shell string', --http URL or --python module:function"
         )
-    if args.env:
-        task["env"] = _pairs(args.env, "=", "--env")
+    if args.env or args.env_secret:
+        secrets = {k: {"secret": v} for k, v in _pairs(args.env_secret, "=", "--env-secret").items()}
+        task["env"] = {**_pairs(args.env, "=", "--env"), **secrets}
     if args.cwd:
         task["cwd"] = args.cwd
     spec: dict[str, Any] = {"task": task}
@@ -102,7 +103,10 @@ def add_job_flags(p: argparse.ArgumentParser, name_flag: str = "--name") -> None
     p.add_argument("--body", help="HTTP body (with --http)")
     p.add_argument("--args", help="JSON array of arguments (with --python)")
     p.add_argument("--kwargs", help="JSON object of keyword arguments (with --python)")
-    p.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable (repeatable)")
+    p.add_argument("--env", action="append", metavar="NAME=VALUE",
+                   help="environment variable (repeatable; stored with the job: anyone who can read it sees it)")  # fmt: skip
+    p.add_argument("--env-secret", action="append", dest="env_secret", metavar="NAME=SECRET",
+                   help="environment variable set to the agent's secret SECRET (repeatable; only the name is stored)")  # fmt: skip
     p.add_argument("--cwd", help="working directory of the command")
     p.add_argument(name_flag, dest="job_name", help="job name (default: from the command)")
     p.add_argument("--queue")

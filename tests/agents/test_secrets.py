@@ -3,6 +3,9 @@ given to the task, and redacted from everything the run shows (output, live stre
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +18,9 @@ from agents.handlers.python import run_python
 from agents.handlers.shell import run_shell
 from agents.pool import WorkerPool
 from agents.secrets import SecretStore, env_name
+from core.client import JobDeckClient
+from tests.agents.conftest import RemoteAgent
+from tests.conftest import RunningNode, node_settings, start_node, stop_node, until
 
 TASKS = "tests.agents.tasks_for_tests"
 VALUE = "hunter2-Zq9!x"
@@ -128,3 +134,90 @@ def test_a_secret_split_across_writes_is_still_redacted() -> None:
     assert c.output == "x [secret pw] y [secret key] ab"
     assert b"".join(streamed) == c.output.encode(), "the stream gets the held-back tail at the end"
     assert c.redact("token abcdefgh") == "token [secret pw]"
+
+
+# ---------------------------------------------------------------- through a real server and agent
+
+
+async def test_a_secret_reaches_the_task_and_nothing_the_server_keeps_or_shows(remote_agent: RemoteAgent) -> None:
+    c = remote_agent.client
+    (remote_agent.log.parent / "secrets" / "db-password").write_text(VALUE + "\n")
+    digest = hashlib.sha256(VALUE.encode()).hexdigest()  # the job must not carry the value to check it
+    since = (await c.health())["last_seq"]
+    feed: list[Any] = []
+
+    async def follow() -> None:
+        async for e in c.events(since=since, types=["job.output"], control=True):  # live output: asked for by name
+            feed.append(e)
+
+    follower = asyncio.create_task(follow())
+    await until(lambda: any(e["type"] == "stream.caught_up" for e in feed), 10, "the feed to be live")
+    check = f'printf %s "$DB_PASSWORD" | sha256sum | grep -q {digest} && echo same'
+    shell = {
+        "kind": "shell",
+        "command": f'echo "pw=$DB_PASSWORD"; {check}; echo "$DB_PASSWORD" >&2; exit 1',
+        "env": REF,
+    }
+    leak = {"kind": "python", "function": f"{TASKS}:leak", "args": ["DB_PASSWORD"], "env": REF}
+    leak_async = {"kind": "python", "function": f"{TASKS}:leak_async", "args": ["DB_PASSWORD"], "env": REF}
+    jobs = [await c.submit({"task": t, "max_attempts": 1}) for t in (shell, leak, leak_async)]
+    done = [await c.wait_for(j["id"], timeout=30) for j in jobs]
+    assert [d["state"] for d in done] == ["dead", "dead", "succeeded"], done
+    assert done[0]["task"]["env"] == REF, "the job keeps the reference, not the value"
+    outputs = [(await c.output(j["id"]))["output"] for j in jobs]
+    assert outputs[0] == "pw=[secret db-password]\nsame\n[secret db-password]\n", outputs[0]
+    assert outputs[1] == "the password is [secret db-password]!\n", outputs[1]
+    assert done[2]["result"] == {"secret": "[secret db-password]"}
+    attempts = [a for j in jobs for a in await c.attempts(j["id"])]
+    assert attempts[1]["error"] == "RuntimeError: could not log in with [secret db-password]", attempts[1]
+    await until(lambda: sum(e["type"] == "job.output" for e in feed) >= 2, 10, "the live output events")
+    follower.cancel()
+    live = "".join(e["data"]["text"] for e in feed if e["type"] == "job.output")
+    assert "pw=[secret db-password]" in live, live
+    shown = [*done, *outputs, *attempts, *[await c.job_events(j["id"]) for j in jobs], feed, await c.audit()]
+    assert VALUE not in json.dumps(shown), "the secret's value was shown by the API or the live feed"
+    data = remote_agent.log.parent / "data"
+    stored = b"".join(p.read_bytes() for p in data.rglob("*") if p.is_file())
+    assert stored and VALUE.encode() not in stored, "the secret's value is in the server's files"
+
+
+async def test_an_unknown_secret_is_dead_at_once_naming_it(remote_agent: RemoteAgent) -> None:
+    c = remote_agent.client
+    job = await c.submit({"task": {"kind": "shell", "command": "true", "env": {"T": {"secret": "api-token"}}}})
+    done = await c.wait_for(job["id"], timeout=20)
+    attempts = await c.attempts(job["id"])
+    assert (done["state"], len(attempts)) == ("dead", 1), (done, attempts)
+    assert "secret 'api-token' not found on this agent" in attempts[0]["error"], attempts[0]
+    assert "JOBDECK_SECRET_API_TOKEN" in attempts[0]["error"]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"P": {"secret": 5}}, '\'P\' must be a string or {"secret": "name"}'),
+        ({"P": {"name": "x"}}, '\'P\' must be a string or {"secret": "name"}'),
+        ({"P": 5}, '\'P\' must be a string or {"secret": "name"}'),
+        ({"P": {"secret": "../x"}}, "'P': '../x' is not a secret name"),
+    ],
+)
+async def test_the_api_refuses_an_env_value_that_is_neither_a_string_nor_a_reference(
+    running: RunningNode, env: dict[str, Any], message: str
+) -> None:
+    for task in ({"kind": "shell", "command": "true", "env": env}, {"kind": "python", "function": "m:f", "env": env}):
+        r = await running.client._http.post("/v1/jobs", json={"task": task})
+        assert r.status_code == 422, r.text
+        body = r.json()
+        assert body["field"] == "task.env" and message in body["message"], body
+
+
+async def test_the_local_agent_of_jobdeck_up_reads_the_secrets_dir_setting(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "db-password").write_text(VALUE)
+    node, url, serving = await start_node(node_settings(tmp_path, secrets_dir=str(tmp_path / "s")))
+    try:
+        async with JobDeckClient(url) as c:
+            job = await c.submit({"task": {"kind": "shell", "command": 'echo "[$DB_PASSWORD]"', "env": REF}})
+            assert (await c.wait_for(job["id"]))["state"] == "succeeded"
+            assert (await c.output(job["id"]))["output"] == "[[secret db-password]]\n"
+    finally:
+        await stop_node(node, serving)
