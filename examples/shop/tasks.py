@@ -18,7 +18,7 @@ async def send_receipt(order_id: int, email: str) -> dict[str, object]:
 
 @task(queue="reports", timeout=120, backoff={"base": 2.0, "cap": 60.0})
 def nightly_report(day: str, *, region: str = "eu") -> str:
-    """A sync task: it runs on a worker thread of the agent."""
+    """A sync task: it runs in a worker process of the agent (stopped for real on timeout or cancel)."""
     total = sum(random.randint(1, 100) for _ in range(1000))
     return f"{day} {region}: {total} sales"
 
