@@ -43,6 +43,7 @@ class ConsoleApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
+        Binding("z", "toggle_zone", "Local/UTC", show=False),
     ]
 
     def __init__(
@@ -152,6 +153,14 @@ class ConsoleApp(App[int]):
             header.refresh()
 
     # -- help and the command palette
+
+    async def action_toggle_zone(self) -> None:
+        """Times in UTC, or back in this machine's zone (schedules keep their own)."""
+        self.fmt.utc = not self.fmt.utc
+        self.notify(f"times in {'UTC' if self.fmt.utc else 'your local zone'}", timeout=2)
+        for view in self.query(View):
+            if view.display:
+                await view.reload()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

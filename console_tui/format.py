@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 
 from rich.text import Text
+
+from core import timetext
 
 STATE_STYLES = {
     "queued": "cyan",
@@ -70,6 +72,12 @@ class Display:
 
     masked: bool = False
     clock: Callable[[], float] = field(default=time.time)
+    utc: bool = False  # times in UTC instead of this machine's zone (`z` toggles)
+
+    @property
+    def zone(self) -> tzinfo:
+        """The zone times are shown in."""
+        return timetext.zone("UTC" if self.utc else "local")
 
     def age(self, since: float | None) -> str:
         """How long ago `since` was."""
@@ -87,16 +95,26 @@ class Display:
         return f"in {span(delta)}" if delta >= 0 else f"{span(-delta)} ago"
 
     def clock_time(self, when: float | None) -> str:
-        """A wall-clock time, local, to the second."""
+        """A wall-clock time to the second, in the viewer's zone, with its abbreviation."""
         if when is None:
             return "-"
-        return "hh:mm:ss" if self.masked else datetime.fromtimestamp(when).strftime("%H:%M:%S")
+        return "hh:mm:ss ZZZ" if self.masked else timetext.stamp(when, self.zone, date=False)
 
-    def date_time(self, when: float | None) -> str:
-        """A local date and time, to the second."""
+    def date_time(self, when: float | None, zone_name: str | None = None) -> str:
+        """A date and time to the second with its zone's abbreviation: in `zone_name` (a schedule's
+        zone) when given, else the viewer's."""
         if when is None:
             return "-"
-        return "yyyy-mm-dd hh:mm:ss" if self.masked else datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M:%S")
+        tz = timetext.zone(zone_name) if zone_name else self.zone
+        return "yyyy-mm-dd hh:mm:ss ZZZ" if self.masked else timetext.stamp(when, tz)
+
+    def other_zone(self, when: float | None, zone_name: str) -> str:
+        """`when` in the viewer's zone when that is not `zone_name`'s (the hover / second column)."""
+        if when is None or self.masked:
+            return "-" if when is None else "hh:mm ZZZ"
+        tz = timetext.zone(zone_name)
+        other = self.zone if timetext.stamp(when, tz) != timetext.stamp(when, self.zone) else timetext.zone("UTC")
+        return timetext.stamp(when, other, date=False, seconds=False)
 
     def duration(self, seconds: float | None) -> str:
         if seconds is None:

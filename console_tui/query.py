@@ -57,15 +57,17 @@ class JobQuery:
         return out
 
     def matches(self, job: dict[str, Any]) -> bool | None:
-        """Whether a job summary (from an event) passes; None when it cannot tell (a tag filter:
-        summaries carry no tags)."""
+        """Whether a job summary (from an event) passes; None when it cannot tell (a tag filter and
+        a summary without tags: a core older than the tags in events)."""
         if self.states and job.get("state") not in self.states:
             return False
         if self.queue and job.get("queue") != self.queue:
             return False
         if self.name_prefix and not str(job.get("name", "")).startswith(self.name_prefix):
             return False
-        return None if self.tag else True
+        if not self.tag:
+            return True
+        return self.tag in job["tags"] if isinstance(job.get("tags"), list) else None
 
     def text(self) -> str:
         """The filter as it would be typed."""

@@ -172,6 +172,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "run_at": iso(job.run_at),
         "agent": job.agent,
         "cancel_requested": job.cancel_requested,
+        "tags": job.tags,  # so a screen filtered by tag can follow the feed without asking again
     }
 
 

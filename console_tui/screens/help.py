@@ -15,7 +15,7 @@ from console_tui.actions import ACTIONS, key_label, permission_of
 from console_tui.permissions import Identity
 
 GLOBAL_KEYS = (("1 … 6", "Jobs, Queues, Agents, Schedules, Dead letters, Events"), ("?", "this help"),
-               ("ctrl+p", "command palette: every action, searchable"), ("ctrl+r", "reload the view"),
+               ("z", "times in UTC / in your zone (a schedule's own zone stays)"), ("ctrl+p", "command palette: every action, searchable"), ("ctrl+r", "reload the view"),
                ("escape", "back / close / clear the selection"), ("q", "quit"))  # fmt: skip
 
 

@@ -24,9 +24,8 @@ PAGE_SIZE = 100  # rows held: two screens; more pages with ] and [
 COLUMNS = (Column("sel", " ", 1), Column("id", "ID", 7, "right"), Column("name", "NAME", 26),
            Column("queue", "QUEUE", 12), Column("state", "STATE", 11), Column("priority", "PRI", 5, "right"),
            Column("attempts", "TRIES", 6), Column("age", "AGE", 7), Column("agent", "AGENT", 18))  # fmt: skip
-SORTS = ("id", "priority", "state", "age", "queue", "name")
-STATE_ORDER = {s: i for i, s in enumerate(("running", "queued", "failed", "scheduled", "paused", "blocked",
-                                           "dead", "cancelled", "succeeded"))}  # fmt: skip
+# The server's sorts (GET /v1/jobs?sort=): the order is the server's, so page 2 continues page 1.
+SORTS = ("id", "priority", "state", "queue", "duration")
 
 
 class JobsView(View):
@@ -47,9 +46,11 @@ class JobsView(View):
         self.query_: JobQuery = JobQuery()
         self.rows: dict[int, Json] = {}
         self.selected: set[int] = set()
-        self.cursors: list[int | None] = [None]  # the cursor of each page we went through
+        self.cursors: list[int | str | None] = [None]  # the cursor of each page we went through
         self.has_next = False
-        self.next_cursor: int | None = None
+        self.next_cursor: int | str | None = None
+        self.total: int | None = None  # how many jobs match the filter (the server's count)
+        self.total_exact = True
         self.sort_by = "id"
         self.sort_reverse = True
         self.loaded = False
@@ -94,13 +95,16 @@ class JobsView(View):
     async def reload(self) -> None:
         params = self.effective_query().params()
         try:
-            page = await self.console.client.list_jobs(**params, cursor=self.cursors[-1], limit=PAGE_SIZE)
+            page = await self.console.client.list_jobs(**params, cursor=self.cursors[-1], limit=PAGE_SIZE,
+                                                       sort=self.sort_by, order="desc" if self.sort_reverse else "asc",
+                                                       count="true")  # fmt: skip
         except JobDeckError as exc:
             self.console.notify(exc.message, title="cannot list jobs", severity="error")
             return
         jobs = page["jobs"]
         self.has_next = page.get("next_cursor") is not None
         self.next_cursor = page.get("next_cursor")
+        self.total, self.total_exact = page.get("total"), bool(page.get("total_exact", True))
         for j in jobs:
             j["_created"] = epoch(j.get("created_at"))
         self._replace_rows({j["id"]: j for j in jobs})
@@ -121,16 +125,21 @@ class JobsView(View):
         return int(key) if key is not None else None
 
     def _sort_value(self, job_id: int) -> Any:
+        """A row's place in the server's order (core/store/listing.py), for rows the feed adds."""
         job = self.rows[job_id]
         if self.sort_by == "id":
             return job_id
         if self.sort_by == "priority":
             return (job.get("priority", 0), job_id)
-        if self.sort_by == "state":
-            return (STATE_ORDER.get(job["state"], 99), job_id)
-        if self.sort_by == "age":
-            return (job.get("_created") or 0, job_id)
+        if self.sort_by == "duration":
+            return (_duration(job), job_id)
         return (str(job.get(self.sort_by) or ""), job_id)
+
+    def _cursor_after(self, job_id: int) -> int | str:
+        """The server's cursor for the page after the row `job_id` (as next_cursor writes it)."""
+        if self.sort_by == "id":
+            return job_id
+        return f"{self._sort_value(job_id)[0]}:{job_id}"
 
     def _sort(self) -> None:
         self.table.sort(key=lambda key: self._sort_value(int(key)), reverse=self.sort_reverse)
@@ -139,7 +148,10 @@ class JobsView(View):
         flt = self.effective_query().text() or "none"
         page = len(self.cursors)
         arrow = "↓" if self.sort_reverse else "↑"
-        parts = [f"filter: {flt}", f"page {page}{' (more: ])' if self.has_next else ''}", f"{len(self.rows)} rows",
+        count = f"{len(self.rows)} rows"
+        if self.total is not None:
+            count = f"{len(self.rows)} of {'' if self.total_exact else '~'}{self.total:,}"
+        parts = [f"filter: {flt}", f"page {page}{' (more: ])' if self.has_next else ''}", count,
                  f"sort: {self.sort_by} {arrow}"]  # fmt: skip
         if self.selected:
             parts.append(f"{len(self.selected)} selected")
@@ -184,12 +196,16 @@ class JobsView(View):
                         table.remove_rows(str(job_id))
                         del self.rows[job_id]
                         removed = True
+                        if self.total:
+                            self.total -= 1
                     else:
                         table.put(str(job_id), self._cells(row))
                 elif job_id in created and first_page:
                     if match is None:
                         unsure = True
                     elif match:
+                        if self.total is not None:
+                            self.total += 1
                         job = dict(summary, _created=created[job_id])
                         self.rows[job_id] = job
                         table.put(str(job_id), self._cells(job))
@@ -219,6 +235,7 @@ class JobsView(View):
             del self.rows[job_id]
         self.table.remove_rows(*(str(i) for i in gone))
         self.has_next = True
+        self.next_cursor = None  # the server's cursor named the old last row: page on from ours
 
     def tick(self) -> None:
         if self.console.fmt.masked or not self.display:
@@ -324,22 +341,24 @@ class JobsView(View):
 
     async def action_sort(self) -> None:
         self.sort_by = SORTS[(SORTS.index(self.sort_by) + 1) % len(SORTS)]
-        self.sort_reverse = self.sort_by in ("id", "priority")
-        self._resort()
+        self.sort_reverse = self.sort_by in ("id", "priority", "duration")
+        await self._resort()
 
     async def action_sort_reverse(self) -> None:
         self.sort_reverse = not self.sort_reverse
-        self._resort()
+        await self._resort()
 
-    def _resort(self) -> None:
-        self._sort()
-        self._update_bar()
+    async def _resort(self) -> None:
+        """Sorted on the server, from the first page (the cursor stays on its job if it is there)."""
+        self.cursors = [None]
+        await self.reload()
 
     async def action_next_page(self) -> None:
         if not self.has_next or not self.rows:
             self.console.notify("this is the last page", timeout=2)
             return
-        self.cursors.append(self.next_cursor or min(self.rows))
+        last = sorted(self.rows, key=self._sort_value, reverse=self.sort_reverse)[-1]
+        self.cursors.append(self.next_cursor if self.next_cursor is not None else self._cursor_after(last))
         await self.reload()
         self.table.move_cursor(row=0)
 
@@ -439,6 +458,12 @@ class JobsView(View):
         from console_tui.screens.bulk import BulkScreen
 
         self.console.push_screen(BulkScreen(self.effective_query()))
+
+
+def _duration(job: Json) -> float:
+    """The last attempt's duration, as the server sorts by it (-1 without a finished attempt)."""
+    started, finished = epoch(job.get("started_at")), epoch(job.get("finished_at"))
+    return finished - started if started is not None and finished is not None else -1.0
 
 
 class DeadView(JobsView):

@@ -27,8 +27,9 @@ class SchedulesView(TableView):
     title: ClassVar[str] = "Schedules"
     BINDINGS = bindings_for("schedules")
     # 128 columns with the cell padding: the whole table fits a 130-column terminal, scroll bar included
-    COLUMNS = (("id", "ID", 4), ("name", "NAME", 16), ("timing", "TIMING", 29), ("status", "STATUS", 6),
-               ("next", "NEXT FIRE", 19), ("in", "IN", 9), ("last", "LAST FIRE", 24), ("fired", "FIRED", 5))  # fmt: skip
+    # NEXT FIRE is in the schedule's own zone, with its abbreviation (CET, EDT); `z` moves the others.
+    COLUMNS = (("id", "ID", 4), ("name", "NAME", 16), ("timing", "TIMING", 25), ("status", "STATUS", 6),
+               ("next", "NEXT FIRE (ITS ZONE)", 23), ("in", "IN", 9), ("last", "LAST FIRE", 24), ("fired", "FIRED", 5))  # fmt: skip
     POLL_SECONDS = 10.0
 
     def key(self, item: Json) -> str:
@@ -62,7 +63,7 @@ class SchedulesView(TableView):
             s["name"],
             timing(s),
             Text("paused", style="bold magenta") if s.get("paused") else Text("active", style="green"),
-            d.date_time(nxt),
+            d.date_time(nxt, s.get("timezone") or "UTC"),
             d.until(nxt) if not s.get("paused") else "-",
             last,
             Text(str(s.get("fired", 0)), justify="right"),

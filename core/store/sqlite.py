@@ -68,6 +68,9 @@ def _loads(v: Any) -> Any:
     return None if v is None else orjson.loads(v)
 
 
+WALK_FROM = 2000  # matches from which a sorted page walks the sort's index instead of sorting them
+
+
 def _adder(params: list[Any]) -> Callable[[Any], str]:
     """A function that adds a query parameter and returns its placeholder."""
 
@@ -78,21 +81,26 @@ def _adder(params: list[Any]) -> Callable[[Any], str]:
     return add
 
 
-def _job_where(flt: JobFilter) -> tuple[list[str], list[Any]]:
-    """The WHERE terms and parameters of a job filter (a listing and its count share them)."""
+def _job_where(flt: JobFilter, *, by_order: bool = False) -> tuple[list[str], list[Any]]:
+    """The WHERE terms and parameters of a job filter (a listing and its count share them).
+
+    `by_order`: write the indexed terms as `+column`, which SQLite cannot look up in an index, so it
+    walks the sort's index and filters as it goes: far quicker than sorting 50,000 matches for a
+    page of 100 when many rows match (SQLite's planner does not weigh the LIMIT)."""
     where: list[str] = []
     params: list[Any] = []
+    plus = "+" if by_order else ""
     if flt.states:
-        where.append(f"state IN ({', '.join('?' * len(flt.states))})")
+        where.append(f"{plus}state IN ({', '.join('?' * len(flt.states))})")
         params += list(flt.states)
     if flt.queue is not None:
-        where.append("queue = ?")
+        where.append(f"{plus}queue = ?")
         params.append(flt.queue)
     if flt.name_prefix:
-        where.append("name >= ? AND name < ?")
+        where.append(f"{plus}name >= ? AND {plus}name < ?")
         params += [flt.name_prefix, flt.name_prefix + "\U0010ffff"]
     if flt.tag is not None:
-        where.append("id IN (SELECT job_id FROM job_tags WHERE tag = ?)")
+        where.append(f"{plus}id IN (SELECT job_id FROM job_tags WHERE tag = ?)")
         params.append(flt.tag)
     if flt.created_after is not None:
         where.append("created_at >= ?")
@@ -330,13 +338,27 @@ class SQLiteStore:
         """Newest first unless `order` says otherwise; `before_id` is the id order's cursor (the
         last id of the previous page), `order.after` any order's."""
         order = order or JobOrder(after=None if before_id is None else (before_id, before_id))
-        where, params = _job_where(flt)
-        after, by = order_sql(order, _adder(params))
-        if after is not None:
-            where.append(after)
-        sql = _SELECT_JOB + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {by} LIMIT ?"
-        params.append(limit)
-        return await self._read(lambda c: [_job(r) for r in c.execute(sql, params)])
+
+        def query(by_order: bool) -> tuple[str, list[Any]]:
+            where, params = _job_where(flt, by_order=by_order)
+            after, by = order_sql(order, _adder(params))
+            if after is not None:
+                where.append(after)
+            sql = _SELECT_JOB + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {by} LIMIT ?"
+            return sql, [*params, limit]
+
+        filtered = bool(flt.states or flt.queue is not None or flt.name_prefix or flt.tag is not None)
+
+        def q(c: sqlite3.Connection) -> list[Job]:
+            walk = False
+            if filtered and not order.by_id:  # many matches: walk the sort's index (see _job_where)
+                where, params = _job_where(flt)
+                count = f"SELECT count(*) FROM (SELECT 1 FROM jobs WHERE {' AND '.join(where)} LIMIT {WALK_FROM})"
+                walk = c.execute(count, params).fetchone()[0] >= WALK_FROM
+            sql, params = query(walk)
+            return [_job(r) for r in c.execute(sql, params)]
+
+        return await self._read(q)
 
     async def count_jobs(self, flt: JobFilter) -> tuple[int, bool]:
         """How many jobs match, exactly (True): an index range for state, queue, name and tag

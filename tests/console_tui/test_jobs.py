@@ -209,3 +209,61 @@ def plain(renderable: Any) -> str:
     with out.capture() as captured:
         out.print(renderable)
     return captured.get()
+
+
+async def test_sorting_happens_on_the_server_and_the_bar_counts_every_match(
+    node: ServerProcess, api: JobDeckClient
+) -> None:
+    await api.submit_batch([later(f"sorted-{p}", "sort-q", priority=p) for p in (3, -2, 9, 0, 5)])
+    async with console(node.url) as (app, pilot):
+        view = jobs_view(app)
+        await view.set_query(view.query_.parse("queue:sort-q"))
+        await pilot.press("s")  # id -> priority, highest first
+        await until(lambda: view.sort_by == "priority" and len(view.rows) == 5, 5, "the priority order")
+        order = [int(cell(view, int(k), "priority")) for k in view.table._keys]
+        assert order == [9, 5, 3, 0, -2], order
+        server = await api.list_jobs(queue="sort-q", sort="priority", order="desc")
+        assert view.table._keys == [str(j["id"]) for j in server["jobs"]], "the server's order"
+        assert "5 of 5" in str(view._bar), str(view._bar)
+        await pilot.press("S")
+        await until(lambda: [int(cell(view, int(k), "priority")) for k in view.table._keys] == [-2, 0, 3, 5, 9],
+                    5, "the reversed order")  # fmt: skip
+
+
+async def test_a_tag_filter_follows_the_feed_and_the_cursor_stays_put(node: ServerProcess, api: JobDeckClient) -> None:
+    # Enough rows to fill the screen: the table can keep the cursor's row where it is on screen.
+    await api.submit_batch([later(f"red-old-{i}", "tag-q", tags=["red"]) for i in range(50)])
+    first = (await api.list_jobs(tag="red", limit=12))["jobs"][-1]
+    async with console(node.url) as (app, _):
+        view = jobs_view(app)
+        await view.set_query(view.query_.parse("tag:red"))
+        await focus_job(view, first["id"])
+        screen_row = view.table.cursor_row - view.table._top
+        reloads = 0
+        real_reload = view.reload
+
+        async def counting_reload() -> None:
+            nonlocal reloads
+            reloads += 1
+            await real_reload()
+
+        view.reload = counting_reload  # type: ignore[method-assign]
+        red = [await api.submit(later(f"red-{i}", "tag-q", tags=["red", "x"])) for i in range(3)]
+        blue = await api.submit(later("blue", "tag-q", tags=["blue"]))
+        await until(lambda: all(j["id"] in view.rows for j in red), 3, "the new red jobs from the feed")
+        assert blue["id"] not in view.rows, "a job without the tag stays out"
+        assert reloads == 0, "the tag filter is checked against the events, not by asking the server again"
+        assert view.current()["id"] == first["id"]  # type: ignore[index]
+        assert view.table.cursor_row - view.table._top == screen_row, "the cursor row kept its place on screen"
+        assert "53 of 53" in str(view._bar), str(view._bar)
+
+
+async def test_z_shows_times_in_utc_or_the_local_zone(node: ServerProcess) -> None:
+    async with console(node.url) as (app, pilot):
+        when = 1_780_000_000.0
+        assert app.fmt.clock_time(when).endswith(("UTC", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ")), app.fmt.clock_time(when)
+        await pilot.press("z")
+        assert app.fmt.utc and app.fmt.clock_time(when) == "20:26:40 UTC", app.fmt.clock_time(when)
+        assert app.fmt.date_time(when, "Europe/Paris") == "2026-05-28 22:26:40 CEST", "a schedule keeps its zone"
+        await pilot.press("z")
+        assert not app.fmt.utc
