@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar, overload
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -102,14 +102,14 @@ def task_modules() -> list[str]:
     return found
 
 
-@dataclass(frozen=True)
-class CurrentJob:
+class CurrentJob(NamedTuple):
     """The job a task is running for: `id` and `attempt` (1, 2, ...), and the task's `env` with its
-    secrets resolved (python tasks' own variables; sync tasks also find them in os.environ)."""
+    secrets resolved (python tasks' own variables; sync tasks also find them in os.environ).
+    A named tuple: made for every async call on the agent's hot path, it must cost next to nothing."""
 
     id: int
     attempt: int
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str]
 
 
 _CURRENT: ContextVar[CurrentJob | None] = ContextVar("jobdeck_current_job", default=None)

@@ -4,7 +4,8 @@ calls   the python handler in this process, no server: a sync task that does a l
         I/O (writes 4 KiB to a file, reads it back, deletes it) run through the agent's worker
         pool, against the old path, a thread per call (asyncio.to_thread), measured in the same
         run: one call at a time and 8 at once; the same work as an async task (the event-loop
-        path); and how long a worker process takes to start (spawn until ready) and its RSS
+        path); and how long a worker process takes to start (spawn until ready) and its RSS;
+        and the handler's own cost on an async no-op against what the old handler did
 jobs    the same task as jobs through `jobdeck up`'s local agent (32 slots): a first run (its
         workers start), a second (warm), the old path (an async task that calls
         asyncio.to_thread, as the handler did) and the async twin, one after the other on one
@@ -21,9 +22,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from agents.handlers import RunContext
+from agents.handlers import Outcome, RunContext
 from agents.handlers.python import run_python
 from agents.pool import WorkerPool
+from agents.tasknames import resolve
 from bench.context import RunContext as BenchContext
 from bench.python_work import small_io
 from bench.report import Figure
@@ -34,6 +36,7 @@ CALLS = "python calls"
 JOBS = "python jobs"
 AT_ONCE = 8
 STARTS = 10
+ASYNC_CALLS = 20_000
 JOB_SLOTS = 32
 
 
@@ -109,8 +112,32 @@ async def calls(ctx: BenchContext) -> list[Figure]:
         Figure(CALLS, f"sync, {AT_ONCE} at once: thread per call (baseline)", t8, "us/call"),
         Figure(CALLS, f"pool / thread, {AT_ONCE} at once", p8 / t8, "ratio"),
         Figure(CALLS, "async, one at a time: in the event loop", figures["async 1"], "us/call"),
+        *await _async_overhead(),
         Figure(CALLS, "worker start (spawn -> ready), median", statistics.median(starts_ms), "ms", None, started),
         Figure(CALLS, "worker RSS, warm", rss, "MB", None, "one idle worker after its calls"),
+    ]
+
+
+async def _async_overhead() -> list[Figure]:
+    """The python handler's own cost on an async no-op (the drain path), against what the handler did
+    before worker processes and secrets (resolve, await, an Outcome): best of 5 rounds each."""
+    task = {"kind": "python", "function": "agents.builtin:noop"}
+
+    async def before(i: int) -> None:
+        fn = resolve(task["function"])
+        Outcome(True, result=await fn())
+
+    async def now(i: int) -> None:
+        await run_python(task, RunContext(i, 1))
+
+    best = {"before": float("inf"), "now": float("inf")}
+    for _ in range(5):
+        for label, one in (("before", before), ("now", now)):
+            best[label] = min(best[label], await _per_call(ASYNC_CALLS, 1, one))
+    note = f"{ASYNC_CALLS:,} calls a round, best of 5"
+    return [
+        Figure(CALLS, "async no-op: the handler now", best["now"], "us/call", None, note),
+        Figure(CALLS, "async no-op: resolve + await + Outcome (the old handler)", best["before"], "us/call"),
     ]
 
 
