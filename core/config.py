@@ -64,6 +64,16 @@ class Settings:
     rate_limit_per_second: float = 100.0  # per principal when sign-in is on (0: no limit)
     rate_limit_burst: int = 200
     audit_retention_days: float = 365.0
+    # Kafka (docs/kafka.md): every committed event out through the outbox relay, submissions in
+    kafka_bootstrap: str = ""  # host:port[,host:port...]; empty: no Kafka
+    kafka_topic: str = "jobdeck.events"
+    kafka_topics: str = "single"  # single: every event to kafka_topic; per-family: kafka_topic.jobs, .schedules ...
+    kafka_dead_topic: str = "jobdeck.dead"  # a dead job's summary and last error ("" for none)
+    kafka_submit_topic: str = ""  # e.g. jobdeck.submit: take jobs from it (bad messages go to <topic>.dlq)
+    kafka_submit_group: str = "jobdeck"
+    kafka_submit_idempotency: str = "offset"  # offset: one job per topic/partition/offset; key: per message key
+    kafka_options: dict[str, Any] = field(default_factory=dict)  # aiokafka options: security_protocol, sasl_*...
+    relay_lease_seconds: float = 5.0  # a dead relaying node's lease lapses after this; another node takes over
 
     @property
     def sqlite_path(self) -> Path:
@@ -151,6 +161,17 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         raise InvalidInput(
             "auth is oidc but oidc_issuer is empty: set it to your IdP's issuer URL", field="oidc_issuer"
         )
+    if settings.kafka_topics not in ("single", "per-family"):
+        raise InvalidInput(
+            f"kafka_topics {settings.kafka_topics!r} is not one of single, per-family", field="kafka_topics"
+        )
+    if settings.kafka_submit_idempotency not in ("offset", "key"):
+        raise InvalidInput(
+            f"kafka_submit_idempotency {settings.kafka_submit_idempotency!r} is not one of offset, key",
+            field="kafka_submit_idempotency",
+        )
+    if settings.relay_lease_seconds < 1:
+        raise InvalidInput("relay_lease_seconds must be at least 1", field="relay_lease_seconds")
     if not 0 <= settings.port <= 65535:
         raise InvalidInput(f"port {settings.port} is not a TCP port (0-65535)", field="port")
     return settings

@@ -15,12 +15,14 @@ from collections.abc import Awaitable, Callable, Iterator
 import uvicorn
 
 from core.api import create_app
+from core.api.kafka_submit import KafkaSubmissions
 from core.bus import Bus, LocalBus
 from core.bus.redis import CHANNEL, RedisBus
 from core.config import Settings
 from core.engine import Engine
 from core.errors import InvalidInput
 from core.model import Policy
+from core.relay import Relay
 from core.store.postgres import PostgresStore
 from core.store.sqlite import SQLiteStore
 
@@ -68,6 +70,15 @@ class Node:
         self.store = open_store(settings, self.bus)
         self.engine = Engine(self.store, self.bus, settings)
         self.app = create_app(self.engine)
+        self.relays: list[Relay] = []
+        self.kafka_submissions: KafkaSubmissions | None = None
+        if settings.kafka_bootstrap:
+            from core.relay.kafka import KafkaSink
+
+            sink = KafkaSink(settings)
+            self.relays.append(Relay(self.store, self.bus, sink, lease_seconds=settings.relay_lease_seconds))
+            if settings.kafka_submit_topic:
+                self.kafka_submissions = KafkaSubmissions(self.engine, settings)
         self.server: uvicorn.Server | None = None
         self._background: list[asyncio.Future[None]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
@@ -79,6 +90,15 @@ class Node:
         if isinstance(self.bus, RedisBus):
             await self.bus.start(self.store)
         await self.engine.start()
+        for relay in self.relays:
+            relay.start()
+        if self.kafka_submissions is not None:
+            self.kafka_submissions.start()
+        if self.settings.kafka_bootstrap:
+            s = self.settings
+            submit = f"; jobs from {s.kafka_submit_topic}" if s.kafka_submit_topic else ""
+            log.info("Kafka at %s: events to %s%s%s", s.kafka_bootstrap, s.kafka_topic,
+                     " (a topic per family)" if s.kafka_topics == "per-family" else "", submit)  # fmt: skip
         # A node allocates many short-lived objects per job; with the default thresholds the
         # cyclic GC walked the whole heap so often that it cost more than the SQLite inserts
         # of a 10,000-job batch (measured: 135 ms of 190 ms). Collect less often, and leave
@@ -170,6 +190,10 @@ class Node:
             for t in self._background:
                 with contextlib.suppress(BaseException):
                     await t
+            if self.kafka_submissions is not None:
+                await self.kafka_submissions.stop()
+            for relay in self.relays:
+                await relay.stop()
             await self.engine.stop()
             if isinstance(self.bus, RedisBus):
                 await self.bus.close()

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from core.api.access import principal_of
 from core.api.deps import Route, get_engine
 from core.engine import Engine
+from core.relay import relay_lag
 from core.store.base import states_total
 from core.version import version
 
@@ -37,9 +38,10 @@ async def drain_agent(name: str, engine: EngineDep) -> dict[str, Any]:
     return await engine.hub.drain(name)
 
 
-@router.get("/v1/stats", summary="Counts by state and queue; finished jobs per second over the last minute")
+@router.get("/v1/stats", summary="Counts by state and queue; finished jobs per second; the outbox relays' lag")
 async def stats(engine: EngineDep, request: Request) -> dict[str, Any]:
     out = await engine.store.stats(engine.clock())
+    out["relays"] = await relay_lag(engine.store, engine.clock())  # {"kafka": {"behind_events", ...}}
     p = principal_of(request)
     if not p.sees_everything:  # counts of the caller's queues only (throughput stays the node's)
         out["by_queue"] = {q: n for q, n in out["by_queue"].items() if p.sees(q)}

@@ -28,6 +28,7 @@ from core.store._pg_writes import JobChanges, insert_jobs
 from core.store.audit import AuditFilter
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter, apply_decisions, split_by_idempotency
 from core.store.listing import JobOrder
+from core.store.relay_cursors import PostgresRelayCursors
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -46,7 +47,7 @@ INSERT_AUDIT = (
 )
 
 
-class PostgresStore:
+class PostgresStore(PostgresRelayCursors):
     """The Store protocol on PostgreSQL (see core/store/base.py and core/store/sqlite.py)."""
 
     single_node = False  # other nodes may share the database and hold leases of their own

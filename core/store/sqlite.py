@@ -41,6 +41,7 @@ from core.store.base import (
     stats_view,
 )
 from core.store.listing import JobOrder, order_sql, search_sql
+from core.store.relay_cursors import SQLiteRelayCursors
 
 T = TypeVar("T")
 
@@ -211,7 +212,7 @@ def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
         tx.emit("job.created", j.id, j.queue, {"job": job_summary(j)})
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteRelayCursors):
     """The Store protocol on one SQLite file (see core/store/base.py)."""
 
     single_node = True  # the file is locked by one node: no other node can hold its leases

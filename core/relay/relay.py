@@ -1,0 +1,283 @@
+"""One relay: take the lease, read events after the cursor, deliver, move the cursor (see __init__)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from core.bus import Bus
+from core.model import utcnow
+from core.store.base import Event
+from core.store.relay_cursors import RelayLease, RelayPosition
+
+log = logging.getLogger("jobdeck.relay")
+
+IDLE_POLL = 1.0  # seconds between reads when no commit woke the relay (a missed wake-up costs this)
+BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
+REMIND_EVERY = 300.0  # seconds between "still cannot reach" lines during a long outage
+LAG_LOG_EVERY = 30.0  # seconds between lag lines while the relay is behind
+LAG_WORTH_SAYING = 5.0  # seconds behind before the log mentions it
+
+
+class SinkUnavailable(Exception):
+    """The sink's destination cannot be reached now (the relay retries; the message says why)."""
+
+
+class Sink(Protocol):
+    """Where a relay delivers events (the contract is in core/relay/__init__.py)."""
+
+    name: str
+
+    async def open(self) -> None: ...
+    async def deliver(self, events: Sequence[Event]) -> int: ...
+    async def close(self) -> None: ...
+
+
+class RelayStore(Protocol):
+    """What a relay needs of the store (both stores have it: core/store/relay_cursors.py)."""
+
+    async def events_since(self, seq: int, limit: int) -> list[Event]: ...
+    async def last_seq(self) -> int: ...
+    async def claim_relay(self, name: str, holder: str, ttl: float) -> RelayLease | None: ...
+    async def advance_relay(self, lease: RelayLease, acked_seq: int, ttl: float) -> RelayLease | None: ...
+    async def release_relay(self, lease: RelayLease) -> None: ...
+    async def relay_positions(self) -> list[RelayPosition]: ...
+
+
+class LeaseLost(Exception):
+    """Another node holds the relay's lease now (or ours lapsed while the store was away)."""
+
+
+def node_identity() -> str:
+    """A holder name unique to this process: host, pid and a random tag (a restarted node is new)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+async def relay_lag(store: Any, now: float) -> dict[str, Any]:
+    """Every relay's position and lag as /v1/stats shows it ({} when no relay ever ran)."""
+    positions = getattr(store, "relay_positions", None)
+    if positions is None:
+        return {}
+    found: list[RelayPosition] = await positions()
+    if not found:
+        return {}
+    last = await store.last_seq()
+    return {p.name: p.view(last, now) for p in found}
+
+
+class Relay:
+    """Delivers the events table to one sink, while this node holds the sink's lease."""
+
+    def __init__(
+        self,
+        store: RelayStore,
+        bus: Bus,
+        sink: Sink,
+        *,
+        lease_seconds: float = 5.0,
+        batch: int = 2000,
+        holder: str | None = None,
+        clock: Callable[[], float] = utcnow,
+    ) -> None:
+        self.store = store
+        self.bus = bus
+        self.sink = sink
+        self.lease_seconds = lease_seconds
+        self.batch = batch
+        self.holder = holder or node_identity()
+        self.clock = clock
+        self.lease: RelayLease | None = None
+        self.acked = 0  # the last seq the sink acknowledged (written to the store after each round)
+        self._task: asyncio.Task[None] | None = None
+        self._down_since: float | None = None  # when the sink stopped answering (None: it answers)
+        self._reminded = 0.0
+
+    # -- life
+
+    def start(self) -> None:
+        """Run the relay in the background until `stop`."""
+        self._task = asyncio.create_task(self.run(), name=f"jobdeck-relay-{self.sink.name}")
+
+    async def stop(self) -> None:
+        """Stop relaying and give the lease up, so another node takes over at once."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def run(self) -> None:
+        """Wait for the lease, relay while holding it; again when it is lost. Never returns."""
+        wait = self.lease_seconds / 3
+        while True:
+            try:
+                lease = await self.store.claim_relay(self.sink.name, self.holder, self.lease_seconds)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the store is away: try again, the lease will wait
+                log.warning("%s relay: cannot read its lease: %s", self.sink.name, exc)
+                lease = None
+            if lease is None:
+                await asyncio.sleep(wait)
+                continue
+            self.lease, self.acked = lease, lease.acked_seq
+            log.info("%s relay: this node relays now, from seq %d (lease epoch %d)", self.sink.name, self.acked,
+                     lease.epoch)  # fmt: skip
+            try:
+                await self._hold()
+            except LeaseLost:
+                log.warning("%s relay: lost its lease (another node relays now)", self.sink.name)
+            finally:
+                await self._let_go()
+
+    async def _let_go(self) -> None:
+        lease, self.lease = self.lease, None
+        with contextlib.suppress(Exception):
+            await self.sink.close()
+        if lease is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.release_relay(lease))
+
+    async def _hold(self) -> None:
+        """Relay and keep the lease fresh; whichever stops first (lease lost) stops the other."""
+        pump = asyncio.create_task(self._pump(), name=f"jobdeck-relay-{self.sink.name}-pump")
+        renew = asyncio.create_task(self._renew(), name=f"jobdeck-relay-{self.sink.name}-lease")
+        try:
+            done, _ = await asyncio.wait({pump, renew}, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()  # re-raise LeaseLost (or a bug)
+        finally:
+            for t in (pump, renew):
+                t.cancel()
+            for t in (pump, renew):
+                with contextlib.suppress(asyncio.CancelledError, LeaseLost):
+                    await t
+
+    # -- the lease
+
+    async def _advance(self) -> None:
+        assert self.lease is not None
+        lease = await self.store.advance_relay(self.lease, self.acked, self.lease_seconds)
+        if lease is None:
+            log.debug("%s relay: another node holds the lease now", self.sink.name)
+            raise LeaseLost
+        self.lease = lease
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await self._advance()
+            except LeaseLost:
+                raise
+            except Exception as exc:  # the store is away: keep the lease only as long as it lasts
+                assert self.lease is not None
+                if self.clock() >= self.lease.until:
+                    raise LeaseLost from exc
+                log.warning("%s relay: cannot renew its lease yet: %s", self.sink.name, exc)
+
+    def _lease_fresh(self) -> bool:
+        # Deliver only well inside the lease: past it another node may be delivering already.
+        return self.lease is not None and self.clock() < self.lease.until - self.lease_seconds / 6
+
+    # -- delivery
+
+    async def _pump(self) -> None:
+        self._backoff = BACKOFF_FIRST
+        self._opened = False
+        self._writing: asyncio.Task[None] | None = None
+        self._lag_checked = time.monotonic()
+        try:
+            with self.bus.subscribe(maxsize=1000) as wake:
+                while True:
+                    if not self._lease_fresh():
+                        log.debug("%s relay: its lease is about to lapse", self.sink.name)
+                        raise LeaseLost
+                    if await self._round() == 0:
+                        await self._idle(wake)
+        finally:
+            if self._writing is not None and not self._writing.done():
+                self._writing.cancel()
+            with contextlib.suppress(BaseException):
+                await self._writing  # type: ignore[misc]
+
+    async def _round(self) -> int:
+        """Open the sink if needed, deliver what follows the cursor; how many events were read."""
+        if not self._opened:
+            try:
+                await self.sink.open()
+                self._opened = True
+            except (SinkUnavailable, OSError, TimeoutError) as exc:
+                await self._retry_later(exc, "cannot reach")
+                return -1
+        events = await self.store.events_since(self.acked, self.batch)
+        if not events:
+            return 0
+        if self.acked and events[0].seq is not None and events[0].seq > self.acked + 1:
+            log.warning("%s relay: events %d..%d were pruned before they were relayed (it was more than "
+                        "event_retention_hours behind)", self.sink.name, self.acked + 1, events[0].seq - 1)  # fmt: skip
+        try:
+            upto = await self.sink.deliver(events)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._opened = False
+            with contextlib.suppress(Exception):
+                await self.sink.close()
+            await self._retry_later(exc, "cannot deliver to")
+            return -1
+        self._backoff = BACKOFF_FIRST
+        self._recovered()
+        self.acked = max(self.acked, upto)
+        # The position write runs beside the next round (one at a time), so the next read does not
+        # wait for a commit; the same write renews the lease.
+        if self._writing is not None:
+            await self._writing
+        self._writing = asyncio.create_task(self._advance())
+        if time.monotonic() - self._lag_checked >= LAG_LOG_EVERY:
+            self._lag_checked = time.monotonic()
+            self._say_lag(events[-1], upto)
+        return len(events)
+
+    async def _retry_later(self, exc: BaseException, what: str) -> None:
+        self._failed(exc, what)
+        await asyncio.sleep(self._backoff)
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+
+    async def _idle(self, wake: Any) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.get(), IDLE_POLL)
+        if wake.overflowed:
+            wake.reset()
+
+    def _say_lag(self, newest_read: Event, upto: int) -> None:
+        behind = self.clock() - newest_read.ts
+        if behind >= LAG_WORTH_SAYING:
+            log.info("%s relay: %.1f s behind (acknowledged through seq %d)", self.sink.name, behind, upto)
+
+    def _failed(self, exc: BaseException, what: str) -> None:
+        now = time.monotonic()
+        reason = str(exc) or type(exc).__name__
+        if self._down_since is None:
+            self._down_since = self._reminded = now
+            log.warning("%s relay: %s the %s sink (%s); events wait in the store and go out from seq %d when it "
+                        "is back", self.sink.name, what, self.sink.name, reason, self.acked + 1)  # fmt: skip
+        elif now - self._reminded >= REMIND_EVERY:
+            self._reminded = now
+            log.warning("%s relay: still %s the sink after %.0f s (%s); waiting from seq %d", self.sink.name, what,
+                        now - self._down_since, reason, self.acked + 1)  # fmt: skip
+        else:
+            log.debug("%s relay: %s the sink: %s", self.sink.name, what, reason)
+
+    def _recovered(self) -> None:
+        if self._down_since is not None:
+            log.info("%s relay: the sink answers again after %.1f s; delivering from seq %d", self.sink.name,
+                     time.monotonic() - self._down_since, self.acked + 1)  # fmt: skip
+            self._down_since = None

@@ -1,0 +1,118 @@
+"""The outbox relay to a real Kafka-protocol broker (Tansu): every committed event reaches the
+topic, a job's events in order in one partition, a dead job on the dead-letter topic, the values
+valid against the published JSON Schema; the broker down at start and stopped mid-stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from referencing import Registry, Resource
+
+from core.client import JobDeckClient
+from tests.conftest import ROOT, node_settings, start_node, stop_node, until
+from tests.kafka.broker import Collector, TansuBroker, create_topic
+
+NOOP = {"task": {"kind": "python", "function": "agents.builtin:noop"}}
+DOOMED = {"task": {"kind": "python", "function": "agents.builtin:fail", "args": ["no luck"]}, "max_attempts": 1}
+EVENT_SCHEMA = json.loads((ROOT / "docs" / "kafka-event.schema.json").read_text())
+DEAD_SCHEMA = json.loads((ROOT / "docs" / "kafka-dead.schema.json").read_text())
+SCHEMAS = Registry().with_resource(EVENT_SCHEMA["$id"], Resource.from_contents(EVENT_SCHEMA))
+EVENT_VALUE = jsonschema.Draft202012Validator(EVENT_SCHEMA)
+DEAD_VALUE = jsonschema.Draft202012Validator(DEAD_SCHEMA, registry=SCHEMAS)
+
+
+def kafka_settings(tmp_path: Path, bootstrap: str, **more: Any) -> Any:
+    return node_settings(tmp_path, kafka_bootstrap=bootstrap, relay_lease_seconds=2.0, **more)
+
+
+def assert_in_order_per_key(messages: list[Any]) -> None:
+    """Each key's seqs only grow, and each key lives in one partition."""
+    last: dict[bytes, int] = {}
+    partition: dict[bytes, int] = {}
+    for m in messages:
+        seq = json.loads(m.value)["seq"]
+        assert seq > last.get(m.key, 0), f"key {m.key!r}: seq {seq} after {last.get(m.key)}"
+        assert partition.setdefault(m.key, m.partition) == m.partition, f"key {m.key!r} in two partitions"
+        last[m.key] = seq
+
+
+async def test_every_event_reaches_the_topic_in_order_per_job_with_the_published_schema(
+    broker: TansuBroker, tmp_path: Path
+) -> None:
+    await create_topic(broker.bootstrap, "jobdeck.events", 3)
+    node, url, task = await start_node(kafka_settings(tmp_path, broker.bootstrap))
+    try:
+        async with JobDeckClient(url) as client, Collector(broker.bootstrap, "jobdeck.events", "jobdeck.dead") as got:
+            await client.submit_batch([NOOP] * 150)
+            doomed = await client.submit(DOOMED)
+            await client.create_schedule({"name": "nightly", "cron": "0 2 * * *", **{"job": NOOP}})
+            await client.queue_action("default", "pause")
+            await client.wait_for(doomed["id"], timeout=20)
+
+            async def all_relayed() -> bool:
+                last = (await client.health())["last_seq"]
+                return got.seqs("jobdeck.events") >= set(range(1, last + 1))
+
+            await until(all_relayed, 20, "every committed seq on jobdeck.events")
+            last = (await client.health())["last_seq"]
+            events = [m for m in got.messages if m.topic == "jobdeck.events"]
+            assert sorted(got.seqs("jobdeck.events")) == list(range(1, last + 1))
+            assert_in_order_per_key(events)
+            assert {m.partition for m in events} == {0, 1, 2}, "job ids spread over the partitions"
+            for m in events:
+                v = json.loads(m.value)
+                EVENT_VALUE.validate(v)
+                assert dict(m.headers)["jobdeck-type"] == v["type"].encode()
+                if v["type"].startswith("job."):
+                    assert m.key == str(v["job_id"]).encode() and v["job"]["id"] == v["job_id"], v
+            types = {json.loads(m.value)["type"]: m.key for m in events}
+            assert types["schedule.created"].startswith(b"schedule:") and types["queue.paused"] == b"queue:default"
+            await until(lambda: got.values("jobdeck.dead"), 10, "the dead job on jobdeck.dead")
+            [dead] = got.values("jobdeck.dead")
+            DEAD_VALUE.validate(dead)
+            assert dead["job"]["id"] == doomed["id"] and dead["job"]["state"] == "dead", dead
+            assert "no luck" in dead["error"] and dead["attempt"] == 1, dead
+
+            async def caught_up() -> dict[str, Any] | None:
+                lag = (await client.stats())["relays"].get("kafka")
+                return lag if lag and lag["behind_events"] == 0 else None
+
+            lag = await until(caught_up, 10, "the relay's lag to reach 0 in /v1/stats")
+            assert lag["behind_seconds"] == 0 and lag["holder"] and lag["acked_seq"] == last, lag
+    finally:
+        await stop_node(node, task)
+
+
+async def test_a_node_starts_with_the_broker_down_says_so_once_and_relays_when_it_is_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = TansuBroker()  # not started yet: nothing listens on its port
+    caplog.set_level(logging.INFO, logger="jobdeck.relay")
+    node, url, task = await start_node(kafka_settings(tmp_path, broker.bootstrap))
+    try:
+        async with JobDeckClient(url) as client:
+            jobs = await client.submit_batch([NOOP] * 20)
+            await until(lambda: _all_done(client, jobs["ids"]), 10, "the jobs to run with Kafka away")
+            await asyncio.sleep(1.5)  # several relay retries while the broker is away
+            lag = (await client.stats())["relays"]["kafka"]
+            assert lag["behind_events"] > 0 and lag["behind_seconds"] > 0, lag
+            warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+            assert len(warnings) == 1 and "cannot reach" in warnings[0], warnings
+            with broker:
+                async with Collector(broker.bootstrap, "jobdeck.events") as got:
+                    last = (await client.health())["last_seq"]
+                    await until(lambda: got.seqs() >= set(range(1, last + 1)), 20, "every seq once Kafka is up")
+                    assert_in_order_per_key(got.messages)
+            assert any("answers again" in r.getMessage() for r in caplog.records), "the log says it is back"
+    finally:
+        await stop_node(node, task)
+
+
+async def _all_done(client: JobDeckClient, ids: list[int]) -> bool:
+    return (await client.stats())["by_state"].get("succeeded", 0) >= len(ids)
