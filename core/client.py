@@ -28,6 +28,17 @@ DEFAULT_SERVER = "http://127.0.0.1:8640"
 Json = dict[str, Any]
 
 
+def relay_lag_text(name: str, lag: Json) -> str:
+    """One line saying how far an outbox relay (stats()["relays"][name]) is behind, for people:
+    "Kafka relay: caught up", "Kafka relay: 1,204 events (12.5 s) behind", "... no node relays"."""
+    label = "Kafka" if name == "kafka" else name.capitalize()
+    behind = int(lag.get("behind_events") or 0)
+    text = "caught up" if behind == 0 else f"{behind:,} events ({float(lag.get('behind_seconds') or 0):.1f} s) behind"
+    if lag.get("holder") is None:
+        text += ", no node relays"
+    return f"{label} relay: {text}"
+
+
 class WebSocketChannel:
     """An agent's end of its WebSocket to a core node, as a protocol Channel."""
 

@@ -10,6 +10,7 @@ from console_tui.actions import bindings_for
 from console_tui.screens.base import Json
 from console_tui.screens.dialogs import PromptScreen
 from console_tui.screens.tables import TableView
+from core.client import relay_lag_text
 
 FINISHED = ("job.succeeded", "job.failed", "job.dead", "job.cancelled")
 
@@ -25,6 +26,18 @@ class QueuesView(TableView):
 
     async def fetch(self) -> list[Json]:
         return await self.console.client.queues()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.relays: dict[str, Json] = {}
+
+    async def enrich(self, items: list[Json]) -> None:
+        # The outbox relays' lag (Kafka) rides on the bar; a node without them shows nothing.
+        stats = await self.call(self.console.client.stats())
+        self.relays = dict((stats or {}).get("relays") or {})
+
+    def bar(self) -> str:
+        return "  ·  ".join([super().bar(), *(relay_lag_text(n, lag) for n, lag in sorted(self.relays.items()))])
 
     def cells(self, q: Json) -> list[Any]:
         d = self.console.fmt

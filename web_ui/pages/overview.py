@@ -11,6 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 import reflex as rx
 
+from core.client import relay_lag_text
 from web_ui.format import STATE_COLOR
 from web_ui.hub import BUCKET_SECONDS, HUB, Change
 from web_ui.layout import layout
@@ -83,6 +84,7 @@ class OverviewState(AppState):
 
     counters: list[dict[str, str]] = []
     throughput: str = "0"
+    relays: list[str] = []  # one line per outbox relay (Kafka): its lag
     fig_outcomes: go.Figure = go.Figure()
     fig_latency: go.Figure = go.Figure()
     fig_depth: go.Figure = go.Figure()
@@ -95,6 +97,8 @@ class OverviewState(AppState):
             {"state": s, "count": f"{int(by_state.get(s, 0)):,}", "color": STATE_COLOR.get(s, "gray")} for s in COUNTERS
         ]
         self.throughput = str((HUB.stats or {}).get("jobs_per_second", 0))
+        relays = (HUB.stats or {}).get("relays") or {}
+        self.relays = [relay_lag_text(name, lag) for name, lag in sorted(relays.items())]
 
     def _charts(self) -> None:
         self.fig_outcomes, self.fig_latency = outcomes_figure(), latency_figure()
@@ -119,6 +123,16 @@ def _counter(item: Any) -> rx.Component:
             spacing="1",
         ),
         min_width="8rem",
+    )
+
+
+def _relay(line: Any) -> rx.Component:
+    return rx.card(
+        rx.vstack(
+            rx.text("event stream", size="2", color_scheme="gray"),
+            rx.text(line, size="3", weight="bold", class_name="relay-lag"),
+            spacing="1",
+        )
     )
 
 
@@ -152,6 +166,7 @@ def overview_page() -> rx.Component:
                     spacing="1",
                 )
             ),
+            rx.foreach(OverviewState.relays, _relay),
             wrap="wrap",
             spacing="3",
         ),
