@@ -19,6 +19,7 @@ import httpx
 from bench.auth import auth_overhead
 from bench.console_lag import console_lag
 from bench.context import RunContext, Scale
+from bench.kafka import consumer_lag, relay_throughput
 from bench.latency import due_later, due_now
 from bench.lists import job_lists
 from bench.python_tasks import calls as python_calls
@@ -68,6 +69,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         False,
     ),
     "lists": ("job lists at 1,000,000 stored jobs: sorted pages, deep cursors, counts, search", (job_lists,), False),
+    "kafka": (
+        "the Kafka relay: events/s to the broker, and commit -> consumer lag at 1,000 events/s, each beside the "
+        "raw aiokafka producer on the same broker",
+        (relay_throughput, consumer_lag),
+        False,
+    ),
     "web": (
         "the web dashboard in chromium: commit -> DOM lag at 1,000 events/s; pages with 100,000 jobs stored",
         (web_lag,),

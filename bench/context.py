@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 
 from bench.server import CpuMeter, Process, Server, ServerOptions, jobdeck_agent, jobdeck_server
@@ -33,6 +33,7 @@ class Scale:
     console_store_jobs: int = 100_000  # jobs in the store under the console
     python_calls: int = 2_000  # sync python calls per measurement of the python benchmark
     python_jobs: int = 2_000  # jobs per run of its end-to-end half
+    kafka_events: int = 100_000  # the backlog the Kafka relay drains (its throughput)
     poll_seconds: float = 0.5  # how often completion is polled
     stall_seconds: float = 30.0  # no progress for this long: the jobs are reported stuck
 
@@ -55,6 +56,7 @@ class Scale:
             console_store_jobs=20_000,
             python_calls=300,
             python_jobs=500,
+            kafka_events=20_000,
         )
 
 
@@ -89,11 +91,14 @@ class RunContext:
             print(f"  {message}", file=sys.stderr, flush=True)
 
     @contextlib.asynccontextmanager
-    async def server(self, name: str, slots: int) -> AsyncIterator[tuple[Server, BenchClient]]:
-        """A fresh server with `slots` local agent slots, and a client connected to it."""
+    async def server(
+        self, name: str, slots: int, env: Mapping[str, str] | None = None
+    ) -> AsyncIterator[tuple[Server, BenchClient]]:
+        """A fresh server with `slots` local agent slots (and `env` added to its environment), and
+        a client connected to it."""
         async with (
-            self.backend.fresh(name) as env,
-            jobdeck_server(name, slots, self.servers, env=env) as srv,
+            self.backend.fresh(name) as store_env,
+            jobdeck_server(name, slots, self.servers, env={**store_env, **(env or {})}) as srv,
             BenchClient(srv.url) as client,
         ):
             self.progress(f"server {name!r} up at {srv.url} (pid {srv.pid}, {slots} slots, {self.backend.label})")

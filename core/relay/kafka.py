@@ -18,19 +18,18 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.helpers import create_ssl_context
-from aiokafka.partitioner import DefaultPartitioner
 
 from core.config import Settings
 from core.errors import InvalidInput
-from core.relay.kafka_records import Record, Topics, records_of
+from core.relay.kafka_records import Topics, partition_of, records_of
 from core.relay.relay import SinkUnavailable
 from core.store.base import Event
 
 log = logging.getLogger("jobdeck.relay")
 
-# A round's records in bytes: one partition's batch can hold all of them, and stays under a
-# broker's default message.max.bytes (1 MB) with room for the batch's own overhead.
-ROUND_BYTES = 900_000
+# A partition's batch in one round: under a broker's default message.max.bytes (1 MB), with room
+# for the batch's own overhead. A round ends at the first event that would overflow a batch.
+BATCH_BYTES = 900_000
 MAX_BATCH_BYTES = 1_000_000
 REQUEST_TIMEOUT_MS = 10_000  # how long a send waits for the broker before the round is tried again
 CLOSE_TIMEOUT = 10.0
@@ -88,8 +87,7 @@ class KafkaSink:
         self.settings = settings
         self.topics = Topics(settings.kafka_topic, settings.kafka_topics == "per-family", settings.kafka_dead_topic)
         self._producer: AIOKafkaProducer | None = None
-        self._partitioner = DefaultPartitioner()
-        self._partition_of: dict[tuple[str, bytes], int] = {}
+        self._partitions: dict[str, int] = {}  # topic -> how many partitions it has (read once per connection)
         check_options(settings)  # bad options are refused when the node starts, not at the first event
 
     async def open(self) -> None:
@@ -109,7 +107,7 @@ class KafkaSink:
     async def close(self) -> None:
         """Flush and disconnect."""
         producer, self._producer = self._producer, None
-        self._partition_of.clear()
+        self._partitions.clear()
         if producer is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(producer.stop(), CLOSE_TIMEOUT)
@@ -120,42 +118,32 @@ class KafkaSink:
         producer = self._producer
         if producer is None:
             raise SinkUnavailable("the Kafka producer is not connected")
-        taken: list[Record] = []
-        size, last = 0, 0
+        batches: dict[tuple[str, int], Any] = {}
+        sizes: dict[tuple[str, int], int] = {}
+        partitions = self._partitions
+        last = 0
         for e in events:
-            records = records_of(e, self.topics)
-            cost = sum(r.size for r in records)
-            if taken and size + cost > ROUND_BYTES:
-                break
-            taken += records
-            size += cost
+            placed = []
+            for r in records_of(e, self.topics):
+                n = partitions.get(r.topic)
+                if n is None:
+                    n = partitions[r.topic] = len(await producer.partitions_for(r.topic))
+                placed.append(((r.topic, partition_of(r.key, n)), r))
+            if last and any(sizes.get(where, 0) + r.size > BATCH_BYTES for where, r in placed):
+                break  # the rest waits for the next round: a partition's batch is full
+            for where, r in placed:
+                batch = batches.get(where)
+                if batch is None:
+                    batch = batches[where] = producer.create_batch()
+                if batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers) is None:
+                    raise RuntimeError(f"a relay round did not fit in one batch of {where}")  # BATCH_BYTES prevents it
+                sizes[where] = sizes.get(where, 0) + r.size
             assert e.seq is not None
             last = e.seq
-        batches: dict[tuple[str, int], Any] = {}
-        partitions: dict[str, list[int]] = {}
-        for r in taken:
-            if r.topic not in partitions:
-                partitions[r.topic] = sorted(await producer.partitions_for(r.topic))
-            where = (r.topic, self._partition(r, partitions[r.topic]))
-            batch = batches.get(where)
-            if batch is None:
-                batch = batches[where] = producer.create_batch()
-            if batch.append(key=r.key, value=r.value, timestamp=None, headers=list(r.headers)) is None:
-                raise RuntimeError(f"a relay round did not fit in one batch of {where}")  # ROUND_BYTES prevents it
         sent = [await producer.send_batch(b, topic, partition=p) for (topic, p), b in batches.items()]
         results = await asyncio.gather(*sent, return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
-            self._partition_of.clear()  # the partitions may have moved
+            partitions.clear()  # read the partition counts again: they may have changed
             raise failed[0]
         return last
-
-    def _partition(self, r: Record, all_partitions: list[int]) -> int:
-        # murmur2 of the key, as the Java client does, so other producers agree on the partition.
-        key = (r.topic, r.key)
-        p = self._partition_of.get(key)
-        if p is None or p not in all_partitions:
-            if len(self._partition_of) > 100_000:
-                self._partition_of.clear()
-            p = self._partition_of[key] = int(self._partitioner(r.key, all_partitions, all_partitions))
-        return p

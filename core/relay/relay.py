@@ -82,7 +82,7 @@ class Relay:
         sink: Sink,
         *,
         lease_seconds: float = 5.0,
-        batch: int = 2000,
+        batch: int = 5000,
         holder: str | None = None,
         clock: Callable[[], float] = utcnow,
     ) -> None:
@@ -96,6 +96,8 @@ class Relay:
         self.lease: RelayLease | None = None
         self.acked = 0  # the last seq the sink acknowledged (written to the store after each round)
         self._task: asyncio.Task[None] | None = None
+        self._buffer: list[Event] = []  # read, not yet acknowledged: seqs acked+1, acked+2, ...
+        self._ahead: asyncio.Task[list[Event]] | None = None  # the next read, while a round is delivered
         self._down_since: float | None = None  # when the sink stopped answering (None: it answers)
         self._reminded = 0.0
 
@@ -203,10 +205,12 @@ class Relay:
                     if await self._round() == 0:
                         await self._idle(wake)
         finally:
-            if self._writing is not None and not self._writing.done():
-                self._writing.cancel()
-            with contextlib.suppress(BaseException):
-                await self._writing  # type: ignore[misc]
+            for t in (self._writing, self._ahead):
+                if t is not None and not t.done():
+                    t.cancel()
+                with contextlib.suppress(BaseException):
+                    await t  # type: ignore[misc]
+            self._buffer, self._ahead = [], None
 
     async def _round(self) -> int:
         """Open the sink if needed, deliver what follows the cursor; how many events were read."""
@@ -217,12 +221,9 @@ class Relay:
             except (SinkUnavailable, OSError, TimeoutError) as exc:
                 await self._retry_later(exc, "cannot reach")
                 return -1
-        events = await self.store.events_since(self.acked, self.batch)
+        events = await self._read()
         if not events:
             return 0
-        if self.acked and events[0].seq is not None and events[0].seq > self.acked + 1:
-            log.warning("%s relay: events %d..%d were pruned before they were relayed (it was more than "
-                        "event_retention_hours behind)", self.sink.name, self.acked + 1, events[0].seq - 1)  # fmt: skip
         try:
             upto = await self.sink.deliver(events)
         except asyncio.CancelledError:
@@ -236,6 +237,7 @@ class Relay:
         self._backoff = BACKOFF_FIRST
         self._recovered()
         self.acked = max(self.acked, upto)
+        self._buffer = [e for e in self._buffer if e.seq is not None and e.seq > upto]
         # The position write runs beside the next round (one at a time), so the next read does not
         # wait for a commit; the same write renews the lease.
         if self._writing is not None:
@@ -245,6 +247,24 @@ class Relay:
             self._lag_checked = time.monotonic()
             self._say_lag(events[-1], upto)
         return len(events)
+
+    async def _read(self) -> list[Event]:
+        """The events after the cursor (up to `batch`), and the read of the ones after them started
+        in the background, so the next round does not wait for the store."""
+        if self._ahead is not None:
+            more, self._ahead = await self._ahead, None
+            tail = self._buffer[-1].seq if self._buffer else self.acked
+            self._buffer += [e for e in more if e.seq is not None and e.seq > (tail or 0)]
+        if not self._buffer:
+            self._buffer = await self.store.events_since(self.acked, self.batch)
+            first = self._buffer[0].seq if self._buffer else None
+            if self.acked and first is not None and first > self.acked + 1:
+                log.warning("%s relay: events %d..%d were pruned before they were relayed (it was more than "
+                            "event_retention_hours behind)", self.sink.name, self.acked + 1, first - 1)  # fmt: skip
+        if self._buffer and len(self._buffer) < 2 * self.batch:
+            after = self._buffer[-1].seq or 0
+            self._ahead = asyncio.create_task(self.store.events_since(after, self.batch))
+        return self._buffer[: self.batch]
 
     async def _retry_later(self, exc: BaseException, what: str) -> None:
         self._failed(exc, what)

@@ -72,7 +72,7 @@ async def test_every_event_reaches_the_topic_in_order_per_job_with_the_published
                 EVENT_VALUE.validate(v)
                 assert dict(m.headers)["jobdeck-type"] == v["type"].encode()
                 if v["type"].startswith("job."):
-                    assert m.key == str(v["job_id"]).encode() and v["job"]["id"] == v["job_id"], v
+                    assert m.key == str(v["job_id"]).encode() and v["data"]["job"]["id"] == v["job_id"], v
             types = {json.loads(m.value)["type"]: m.key for m in events}
             assert types["schedule.created"].startswith(b"schedule:") and types["queue.paused"] == b"queue:default"
             await until(lambda: got.values("jobdeck.dead"), 10, "the dead job on jobdeck.dead")
