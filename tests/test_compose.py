@@ -48,3 +48,18 @@ def test_compose_nodes_listen_beyond_loopback_only_with_sign_in_on() -> None:
         assert env["JOBDECK_TOKENS"].startswith("${JOBDECK_TOKENS:?"), "no default credentials in the file"
     for agent in ("agent-1", "agent-2"):
         assert services[agent]["environment"]["JOBDECK_TOKEN"].startswith("${JOBDECK_AGENT_TOKEN:?")
+
+
+def test_compose_cores_relay_to_its_kafka_and_a_dashboard_serves_them() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    for core in ("core-1", "core-2"):
+        env = services[core]["environment"]
+        assert env["JOBDECK_KAFKA_BOOTSTRAP"] == "kafka:9092", "the cores relay events to the compose broker"
+        assert env["JOBDECK_KAFKA_SUBMIT_TOPIC"] == "jobdeck.submit"
+        assert "http://localhost:8650" in env["JOBDECK_WEB_ORIGINS"], "the dashboard's origin may sign in"
+    kafka_env = services["kafka"]["environment"]
+    assert kafka_env["KAFKA_PROCESS_ROLES"] == "broker,controller", "one Kafka node in KRaft mode"
+    web = services["web"]
+    assert web["command"][:3] == ["web", "--server", "http://core-1:8640"] and "8650:8650" in web["ports"]
+    assert web["depends_on"]["core-1"]["condition"] == "service_healthy" and "healthcheck" in web
+    assert web["environment"]["JOBDECK_TOKEN"].startswith("${JOBDECK_WEB_TOKEN:?"), "no default credentials"

@@ -15,6 +15,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from core.model import iso
+
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Awaitable, Callable
@@ -56,7 +58,7 @@ class RelayPosition:
             "behind_events": max(0, last_seq - self.acked_seq),
             "behind_seconds": round(max(0.0, now - self.next_ts), 3) if self.next_ts is not None else 0.0,
             "lease_expires_in": round(self.lease_until - now, 3) if held else None,
-            "acked_at": self.acked_at,
+            "acked_at": iso(self.acked_at),
         }
 
 
