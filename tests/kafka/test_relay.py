@@ -54,8 +54,8 @@ async def test_every_event_reaches_the_topic_in_order_per_job_with_the_published
             await client.submit_batch([NOOP] * 150)
             doomed = await client.submit(DOOMED)
             await client.create_schedule({"name": "nightly", "cron": "0 2 * * *", **{"job": NOOP}})
-            await client.queue_action("default", "pause")
-            await client.wait_for(doomed["id"], timeout=20)
+            await client.wait_for(doomed["id"], timeout=30)
+            await client.queue_action("default", "pause")  # after the jobs ran: a paused queue holds them
 
             async def all_relayed() -> bool:
                 last = (await client.health())["last_seq"]
