@@ -135,7 +135,11 @@ class Relay:
             try:
                 await self._hold()
             except LeaseLost:
-                log.warning("%s relay: lost its lease (another node relays now)", self.sink.name)
+                log.warning("%s relay: lost its lease (another node took it, or it lapsed); trying again",
+                            self.sink.name)  # fmt: skip
+            except Exception:  # a bug must not stop relaying for good: log it, start over from the store
+                log.exception("%s relay: failed; starting again from its position in 1 s", self.sink.name)
+                await asyncio.sleep(1.0)
             finally:
                 await self._let_go()
 
