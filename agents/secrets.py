@@ -26,10 +26,19 @@ def env_name(secret: str) -> str:
     return ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", secret).upper()
 
 
+#: The agent's (and, in `jobdeck up`, the node's) own credentials: a task must not be able to act as
+#: the agent or reach the store behind the API's back, so these never reach a task's environment.
+CREDENTIALS = frozenset({
+    "JOBDECK_TOKEN", "JOBDECK_TOKENS", "JOBDECK_SESSION_SECRET", "JOBDECK_OIDC_CLIENT_SECRET",
+    "JOBDECK_DATABASE_URL", "JOBDECK_REDIS_URL", "JOBDECK_KAFKA_SASL_PASSWORD",
+})  # fmt: skip
+
+
 def task_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The agent's environment as its tasks get it: without the secrets it holds for them."""
+    """The agent's environment as its tasks get it: without the secrets it holds for them and without
+    its own credentials (a job that needs a token names it as a secret)."""
     env = os.environ if environ is None else environ
-    return {k: v for k, v in env.items() if not k.startswith(ENV_PREFIX)}
+    return {k: v for k, v in env.items() if not k.startswith(ENV_PREFIX) and k not in CREDENTIALS}
 
 
 def is_reference(value: Any) -> bool:

@@ -94,13 +94,18 @@ async def test_tasks_never_see_the_secret_variables_of_the_agent(
     monkeypatch: pytest.MonkeyPatch, pool: WorkerPool
 ) -> None:
     monkeypatch.setenv("JOBDECK_SECRET_HIDDEN", "agent-only")
+    monkeypatch.setenv("JOBDECK_TOKEN", "jd_the-agents-own-token")  # the agent's credentials stay its own
+    monkeypatch.setenv("JOBDECK_DATABASE_URL", "postgresql://jobdeck:pw@db/jobdeck")
     c = ctx(SecretStore())
     assert (await run_shell({"kind": "shell", "command": "env"}, c)).ok
-    assert "JOBDECK_SECRET_HIDDEN" not in c.output and "JOBDECK_JOB_ID=1" in c.output
+    assert "JOBDECK_JOB_ID=1" in c.output
+    for name in ("JOBDECK_SECRET_HIDDEN", "JOBDECK_TOKEN", "JOBDECK_DATABASE_URL"):
+        assert name not in c.output, f"{name} reached the task's environment:\n{c.output}"
     # The worker processes of this pool start after the variable was set: they must not have it either.
-    out = await run_python({"kind": "python", "function": f"{TASKS}:identity", "args": ["JOBDECK_SECRET_HIDDEN"]},
-                           ctx(SecretStore(), pool))  # fmt: skip
-    assert out.ok and out.result["value"] is None, out
+    for name in ("JOBDECK_SECRET_HIDDEN", "JOBDECK_TOKEN"):
+        out = await run_python({"kind": "python", "function": f"{TASKS}:identity", "args": [name]},
+                               ctx(SecretStore(), pool))  # fmt: skip
+        assert out.ok and out.result["value"] is None, out
 
 
 async def test_a_sync_python_task_gets_its_secret_in_os_environ_and_leaks_nothing(
