@@ -30,7 +30,7 @@ def env_name(secret: str) -> str:
 #: the agent or reach the store behind the API's back, so these never reach a task's environment.
 CREDENTIALS = frozenset({
     "JOBDECK_TOKEN", "JOBDECK_TOKENS", "JOBDECK_SESSION_SECRET", "JOBDECK_OIDC_CLIENT_SECRET",
-    "JOBDECK_DATABASE_URL", "JOBDECK_REDIS_URL", "JOBDECK_KAFKA_SASL_PASSWORD",
+    "JOBDECK_DATABASE_URL", "JOBDECK_REDIS_URL", "JOBDECK_KAFKA_OPTIONS",
 })  # fmt: skip
 
 
