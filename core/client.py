@@ -222,6 +222,10 @@ class JobDeckClient:
     async def agents(self) -> list[Json]:
         return (await self._call("GET", "/v1/agents"))["agents"]  # type: ignore[no-any-return]
 
+    async def stats_history(self, range_: str = "1h") -> Json:
+        """Finished jobs per interval by outcome over "15m", "1h" or "24h", from the store."""
+        return await self._call("GET", "/v1/stats/history", params={"range": range_})  # type: ignore[no-any-return]
+
     async def stats(self) -> Json:
         return await self._call("GET", "/v1/stats")  # type: ignore[no-any-return]
 

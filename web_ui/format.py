@@ -7,6 +7,8 @@ import time
 from datetime import datetime
 from typing import Any
 
+from core import timetext
+
 STATES = ("blocked", "scheduled", "queued", "running", "succeeded", "failed", "dead", "cancelled", "paused")
 STATE_COLOR = {
     "blocked": "gray",
@@ -55,10 +57,20 @@ def ago(value: Any, now: float | None = None) -> str:
     return f"in {text}" if future else f"{text} ago"
 
 
-def clock(value: Any) -> str:
-    """A local wall-clock time, 'YYYY-MM-DD HH:MM:SS'."""
+def clock(value: Any, zone: str = "UTC") -> str:
+    """A time in `zone` (the viewer's, or a schedule's) with its abbreviation: '2026-12-02 02:00:00 CET'."""
     ts = when(value)
-    return "" if ts is None else datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+    return "" if ts is None else timetext.stamp(ts, timetext.zone(zone))
+
+
+def clock_both(value: Any, zone: str, viewer: str) -> str:
+    """A time in `zone`, and the viewer's zone (or UTC) beside it when that differs (for a hover)."""
+    ts = when(value)
+    if ts is None:
+        return ""
+    first = timetext.zone(zone)
+    second = timetext.zone(viewer if viewer != zone else "UTC")
+    return timetext.in_two_zones(ts, first, second)
 
 
 def task_text(task: dict[str, Any]) -> str:
@@ -73,9 +85,11 @@ def task_text(task: dict[str, Any]) -> str:
     return json.dumps(task)[:120]
 
 
-def job_row(job: dict[str, Any], refuse: str) -> dict[str, str]:
-    """A job as the Jobs table shows it; `refuse` is why this user may not act on it ('' if they may)."""
+def job_row(job: dict[str, Any], refuse: str, zone: str = "UTC") -> dict[str, str]:
+    """A job as the Jobs table shows it; `refuse` is why this user may not act on it ('' if they may);
+    `zone` is the viewer's (the exact times on hover)."""
     state = str(job.get("state", ""))
+    started, finished = when(job.get("started_at")), when(job.get("finished_at"))
     return {
         "id": str(job["id"]),
         "name": str(job.get("name") or ""),
@@ -85,6 +99,8 @@ def job_row(job: dict[str, Any], refuse: str) -> dict[str, str]:
         "priority": str(job.get("priority", 0)),
         "attempts": f"{job.get('attempt', 0)}/{job.get('max_attempts', 0)}",
         "created": ago(job.get("created_at")),
+        "created_title": clock_both(job.get("created_at"), zone, "UTC"),
+        "duration": f"{finished - started:.1f}s" if started is not None and finished is not None else "",
         "run_at": ago(job.get("run_at")) if state in WAITING else "",
         "agent": str(job.get("agent") or ""),
         "note": str(job.get("waiting_for") or job.get("last_error") or "")[:120],

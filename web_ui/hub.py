@@ -40,9 +40,9 @@ class Change:
 
 @dataclass(slots=True)
 class Minute:
-    """One chart bucket: finished jobs by outcome and pick-up latencies (seconds)."""
+    """One chart bucket: pick-up latencies (seconds). Finished jobs by outcome come from the store
+    (GET /v1/stats/history), for any range, not from this process's memory."""
 
-    outcomes: dict[str, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
 
 
@@ -119,11 +119,7 @@ class Hub:
             self.last_event_ts = ts
         minute = int(ts // BUCKET_SECONDS)
         job = (event.get("data") or {}).get("job") or {}
-        if etype in ("job.succeeded", "job.failed", "job.dead", "job.cancelled"):
-            bucket = self.minutes.setdefault(minute, Minute())
-            outcome = etype.removeprefix("job.")
-            bucket.outcomes[outcome] = bucket.outcomes.get(outcome, 0) + 1
-        elif etype == "job.running" and job.get("attempt") == 1 and job.get("run_at"):
+        if etype == "job.running" and job.get("attempt") == 1 and job.get("run_at"):
             bucket = self.minutes.setdefault(minute, Minute())
             bucket.latencies.append(max(0.0, ts - _ts(job["run_at"])))
         if live:
@@ -206,12 +202,6 @@ class Hub:
         now = int(time.time() // BUCKET_SECONDS)
         return list(range(now - HISTORY_MINUTES + 1, now + 1))
 
-    def outcome_series(self) -> dict[str, list[int]]:
-        """Finished jobs per minute, by outcome."""
-        axis = self.minute_axis()
-        outcomes = ("succeeded", "failed", "dead", "cancelled")
-        return {o: [self.minutes.get(m, Minute()).outcomes.get(o, 0) for m in axis] for o in outcomes}
-
     def latency_series(self) -> dict[str, list[float | None]]:
         """Pick-up latency percentiles per minute, in ms (None: no pick-ups that minute)."""
         axis = self.minute_axis()
@@ -220,15 +210,6 @@ class Hub:
             lat = self.minutes.get(m, Minute()).latencies
             for key, q in (("p50", 50), ("p95", 95), ("p99", 99)):
                 out[key].append(round(percentile(lat, q) * 1000, 1) if lat else None)
-        return out
-
-    def success_series(self) -> list[float | None]:
-        """Succeeded / (succeeded + failed + dead) per minute, in percent."""
-        out: list[float | None] = []
-        for m in self.minute_axis():
-            o = self.minutes.get(m, Minute()).outcomes
-            finished = o.get("succeeded", 0) + o.get("dead", 0) + o.get("failed", 0)
-            out.append(round(100.0 * o.get("succeeded", 0) / finished, 1) if finished else None)
         return out
 
     def depth_series(

@@ -143,6 +143,21 @@ def layout(title: str | rx.Var[str], *content: rx.Component) -> rx.Component:
                     rx.spacer(),
                     _status(),
                     _user(),
+                    rx.tooltip(
+                        rx.hstack(
+                            rx.text("UTC", size="1", color_scheme="gray"),
+                            rx.switch(
+                                checked=AppState.show_utc,
+                                on_change=AppState.toggle_utc,
+                                size="1",
+                                aria_label="Times in UTC",
+                                id="utc-switch",
+                            ),
+                            align="center",
+                            spacing="1",
+                        ),
+                        content="Times in " + AppState.zone_label + " (every time carries its zone)",
+                    ),
                     rx.color_mode.switch(aria_label="Dark theme"),
                     width="100%",
                     align="center",

@@ -45,6 +45,8 @@ class AppState(rx.State):
     web_login: bool = False  # the core offers the browser sign-in (OIDC)
     has_session: bool = False  # this browser holds a dashboard session cookie
     signin_error: str = ""
+    browser_zone: str = ""  # the browser's IANA zone (Intl), once it told us
+    show_utc: bool = False
     core_ok: bool = True
     core_error: str = ""
     last_seq: int = 0
@@ -150,13 +152,35 @@ class AppState(rx.State):
         self.core_ok, self.core_error = True, ""
 
     async def on_page_load(self) -> Any:
-        """Every page's on_load: who am I, then make sure this tab's live loop runs."""
+        """Every page's on_load: who am I, then make sure this tab's live loop runs (and learn the
+        browser's time zone, once)."""
         self.has_session = self._token() is not None
         self.signin_error = str(self.router.url.query_parameters.get("signin_error", ""))
         await self.load_me()
         self.live_version = HUB.version
         self.last_seq = HUB.last_seq
+        if not self.browser_zone:
+            return [AppState.live_loop, rx.call_script(BROWSER_ZONE, callback=AppState.set_browser_zone)]
         return AppState.live_loop
+
+    # -- time zones: times show in the browser's zone, or in UTC (the header's switch)
+
+    def zone_name(self) -> str:
+        """The zone the viewer reads times in."""
+        return "UTC" if self.show_utc or not self.browser_zone else self.browser_zone
+
+    async def set_browser_zone(self, name: str) -> None:
+        self.browser_zone = str(name or "UTC")[:64]
+        await self.refresh_page(None)
+
+    async def toggle_utc(self, on: bool) -> None:
+        self.show_utc = bool(on)
+        await self.refresh_page(None)
+
+    @rx.var
+    def zone_label(self) -> str:
+        """What the header says times are in."""
+        return "UTC" if self.show_utc or not self.browser_zone else self.browser_zone
 
     async def refresh_page(self, changes: list[Change] | None) -> None:
         """Let the state of the page shown refresh what `changes` touched (None: everything)."""
@@ -208,6 +232,8 @@ class AppState(rx.State):
         finally:
             _LOOPS.discard(token)
 
+
+BROWSER_ZONE = "Intl.DateTimeFormat().resolvedOptions().timeZone"
 
 # Page states register here so the live loop can refresh the page shown (a plain class attribute
 # would become a state var).

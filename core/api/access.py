@@ -79,6 +79,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/agents"): Rule("jobs.read"),
     ("POST", "/v1/agents/{name}/drain"): Rule("agents.drain", "name"),
     ("GET", "/v1/stats"): Rule("jobs.read"),
+    ("GET", "/v1/stats/history"): Rule("jobs.read"),
     ("GET", "/v1/events"): Rule("jobs.read"),
     ("GET", "/v1/audit"): Rule("audit.read"),
 }

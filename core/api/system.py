@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from core.api.access import principal_of
 from core.api.deps import Route, get_engine
 from core.engine import Engine
 from core.relay import relay_lag
-from core.store.base import states_total
+from core.store.base import HISTORY_RANGES, history_view, states_total
 from core.version import version
 
 router = APIRouter(tags=["system"], route_class=Route)
@@ -36,6 +36,17 @@ async def list_agents(engine: EngineDep) -> dict[str, Any]:
 @router.post("/v1/agents/{name}/drain", summary="Give an agent no new work; it finishes what it runs")
 async def drain_agent(name: str, engine: EngineDep) -> dict[str, Any]:
     return await engine.hub.drain(name)
+
+
+@router.get("/v1/stats/history", summary="Finished jobs per interval by outcome over 15m, 1h or 24h (from the store)")
+async def stats_history(
+    engine: EngineDep, range_: Annotated[Literal["15m", "1h", "24h"], Query(alias="range")] = "1h"
+) -> dict[str, Any]:
+    """Read from the events the store keeps (JOBDECK_EVENT_RETENTION_HOURS), so it covers the whole
+    range whatever the node's uptime; every bucket is present, zeros included."""
+    now = engine.clock()
+    span, bucket = HISTORY_RANGES[range_]
+    return history_view(await engine.store.finished_history(now - span, bucket), now, range_)
 
 
 @router.get("/v1/stats", summary="Counts by state and queue; finished jobs per second; the outbox relays' lag")

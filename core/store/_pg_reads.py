@@ -139,6 +139,18 @@ async def events_since(c: Conn, seq: int, limit: int, flt: EventFilter | None) -
     return out
 
 
+async def finished_history(c: Conn, since: float, bucket: float) -> list[tuple[str, int, int]]:
+    """(event type, bucket number, count) of finished-job events since `since`, `bucket` seconds each."""
+    rows = await c.fetch(
+        "SELECT type, floor(ts / $3)::bigint AS b, count(*) FROM events WHERE type = ANY($1::text[]) AND ts >= $2 "
+        "GROUP BY type, b",
+        list(FINISHED_EVENTS),
+        since,
+        bucket,
+    )
+    return [(str(r[0]), int(r[1]), int(r[2])) for r in rows]
+
+
 async def stats(c: Conn, now: float) -> dict[str, Any]:
     """Job counts by state and by queue, and finished jobs per second over the last minute."""
     rows = await c.fetch(

@@ -138,6 +138,26 @@ def states_total(by_queue: dict[str, dict[str, int]]) -> dict[str, int]:
     return by_state
 
 
+HISTORY_RANGES = {"15m": (900.0, 30.0), "1h": (3600.0, 60.0), "24h": (86400.0, 900.0)}  # span, bucket (s)
+
+
+def history_view(rows: list[tuple[str, int, int]], now: float, range_: str) -> dict[str, Any]:
+    """Finished jobs per bucket by outcome over `range_` (HISTORY_RANGES), every bucket present (zeros
+    included, so a quiet hour is a flat line, not a gap), with the success ratio per bucket."""
+    span, bucket = HISTORY_RANGES[range_]
+    last = int(now // bucket)
+    first = int((now - span) // bucket) + 1
+    counts = {t.removeprefix("job."): [0] * (last - first + 1) for t in FINISHED_EVENTS}
+    for type_, b, n in rows:
+        if first <= b <= last:
+            counts[type_.removeprefix("job.")][b - first] += n
+    # attempts that ended one way or the other (a cancel is nobody's failure)
+    done = [counts["succeeded"][i] + counts["failed"][i] + counts["dead"][i] for i in range(last - first + 1)]
+    ratio = [round(100 * counts["succeeded"][i] / d, 1) if d else None for i, d in enumerate(done)]
+    return {"range": range_, "bucket_seconds": bucket, "buckets": [iso(b * bucket) for b in range(first, last + 1)],
+            "outcomes": counts, "success_percent": ratio}  # fmt: skip
+
+
 def stats_view(by_queue: dict[str, dict[str, int]], last_minute: dict[str, int]) -> dict[str, Any]:
     """The stats the API shows, from job counts per queue and state and the count of each
     FINISHED_EVENTS type over the last minute."""
@@ -275,6 +295,7 @@ class Store(Protocol):
 
     # stats
     async def stats(self, now: float) -> dict[str, Any]: ...
+    async def finished_history(self, since: float, bucket: float) -> list[tuple[str, int, int]]: ...
 
     # audit log (core/store/audit.py)
     async def record_audit(self, row: tuple[Any, ...]) -> None: ...

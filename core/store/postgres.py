@@ -481,6 +481,10 @@ class PostgresStore(PostgresRelayCursors):
 
     # -- stats
 
+    async def finished_history(self, since: float, bucket: float) -> list[tuple[str, int, int]]:
+        """(event type, bucket number, count) of finished-job events since `since`."""
+        return await self._read(lambda c: reads.finished_history(c, since, bucket))
+
     async def stats(self, now: float) -> dict[str, Any]:
         """Job counts by state and by queue, and finished jobs per second over the last minute."""
         return await self._read(lambda c: reads.stats(c, now))

@@ -684,6 +684,16 @@ class SQLiteStore(SQLiteRelayCursors):
 
     # -- stats
 
+    async def finished_history(self, since: float, bucket: float) -> list[tuple[str, int, int]]:
+        """(event type, bucket number, count) of finished-job events since `since`, `bucket` seconds
+        each: one index range of events_type_ts per type."""
+        sql = "SELECT CAST(ts / ? AS INTEGER) AS b, count(*) FROM events WHERE type = ? AND ts >= ? GROUP BY b"
+
+        def q(c: sqlite3.Connection) -> list[tuple[str, int, int]]:
+            return [(t, int(b), int(n)) for t in FINISHED_EVENTS for b, n in c.execute(sql, (bucket, t, since))]
+
+        return await self._read(q)
+
     async def stats(self, now: float) -> dict[str, Any]:
         """Job counts by state and by queue, and finished jobs per second over the last minute."""
 

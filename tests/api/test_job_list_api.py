@@ -29,3 +29,20 @@ async def test_a_bad_sort_or_cursor_is_a_422_naming_the_field(running: RunningNo
         for params, field in (({"sort": "size"}, "sort"), ({"sort": "priority", "cursor": "high:3"}, "cursor")):
             r = await http.get("/v1/jobs", params=params)
             assert r.status_code == 422 and r.json()["field"] == field, r.text
+
+
+async def test_the_history_comes_from_the_store_with_every_bucket(running: RunningNode) -> None:
+    c = running.client
+    ok = [await c.submit({"task": {"kind": "shell", "argv": ["true"]}}) for _ in range(2)]
+    bad = await c.submit({"task": {"kind": "shell", "argv": ["false"]}, "max_attempts": 1})
+    for job in [*ok, bad]:
+        await c.wait_for(job["id"], timeout=10)
+    h = await c.stats_history("15m")
+    assert h["bucket_seconds"] == 30 and len(h["buckets"]) == 30, (h["bucket_seconds"], len(h["buckets"]))
+    assert sum(h["outcomes"]["succeeded"]) == 2 and sum(h["outcomes"]["dead"]) == 1, h["outcomes"]
+    assert [p for p in h["success_percent"] if p is not None], "a bucket with finished jobs has a ratio"
+    day = await c.stats_history("24h")
+    assert len(day["buckets"]) == 96 and sum(day["outcomes"]["succeeded"]) == 2
+    async with httpx.AsyncClient(base_url=running.url) as http:
+        r = await http.get("/v1/stats/history", params={"range": "2d"})
+        assert r.status_code == 422 and r.json()["field"] == "range", r.text

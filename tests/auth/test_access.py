@@ -78,6 +78,7 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
     ("GET", "/v1/agents"): (lambda o: ("/v1/agents", None), {R, OP, A}),
     ("POST", "/v1/agents/{name}/drain"): (lambda o: ("/v1/agents/nobody/drain", None), {A}),
     ("GET", "/v1/stats"): (lambda o: ("/v1/stats", None), {R, OP, A}),
+    ("GET", "/v1/stats/history"): (lambda o: ("/v1/stats/history", None), {R, OP, A}),
     ("GET", "/v1/events"): (lambda o: ("/v1/events", None), {R, OP, A}),
     ("GET", "/v1/audit"): (lambda o: ("/v1/audit", None), {A}),
 }

@@ -50,9 +50,10 @@ class JobDetailState(AppState):
             client.attempts(self.job_id), client.job_events(self.job_id), client.output(self.job_id)
         )
         self.found = True
-        row = job_row(job, self.may("jobs.write", job.get("queue")))
-        row.update(task=task_text(job.get("task") or {}), run_at_clock=clock(job.get("run_at")),
-                   created_clock=clock(job.get("created_at")), color=STATE_COLOR.get(job["state"], "gray"))  # fmt: skip
+        zone = self.zone_name()
+        row = job_row(job, self.may("jobs.write", job.get("queue")), zone)
+        row.update(task=task_text(job.get("task") or {}), run_at_clock=clock(job.get("run_at"), zone),
+                   created_clock=clock(job.get("created_at"), zone), color=STATE_COLOR.get(job["state"], "gray"))  # fmt: skip
         self.job = row
         self.prio_value = self.prio_value or row["priority"]
         self.spec_json = json.dumps({k: job.get(k) for k in ("task", "queue", "priority", "max_attempts", "timeout",
@@ -62,7 +63,7 @@ class JobDetailState(AppState):
             {
                 "attempt": str(a["attempt"]),
                 "agent": str(a.get("agent") or ""),
-                "started": clock(a.get("started_at")),
+                "started": clock(a.get("started_at"), zone),
                 "took": f"{(a['finished_at'] - a['started_at']):.3f}s"
                 if a.get("finished_at") and a.get("started_at")
                 else "",

@@ -3,7 +3,9 @@ and a form to submit a job."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import urlencode
 
 import reflex as rx
 
@@ -16,6 +18,9 @@ from web_ui.state import AppState, page_state, set_editable
 
 PAGE_SIZE = 50
 BULK_ACTIONS = ("pause", "resume", "cancel", "retry")
+SORTABLE = {"ID": "id", "Queue": "queue", "State": "state", "Priority": "priority", "Created": "created",
+            "Duration": "duration"}  # fmt: skip
+URL_KEYS = ("state", "queue", "name", "tag", "q", "sort", "order")  # what ?... of /jobs holds
 
 
 @page_state(
@@ -32,10 +37,16 @@ class JobsState(AppState):
     f_queue: str = ""
     f_name: str = ""
     f_tag: str = ""
+    f_q: str = ""  # search: id, name, task text (args), tags
+    sort: str = "id"
+    order: str = "desc"
     rows: list[dict[str, str]] = []
-    cursors: list[int] = []  # the cursor of each page before this one (for "previous")
-    cursor: int = 0
-    next_cursor: int = 0
+    loaded: bool = False  # the first page has arrived (until then: "Loading", not "No jobs match")
+    total: int = 0
+    total_exact: bool = True
+    cursors: list[str] = []  # the cursor of each page before this one (for "previous")
+    cursor: str = ""
+    next_cursor: str = ""
     selected: list[str] = []
     bulk_priority: str = ""
     confirm_action: str = ""  # a bulk action on the whole filter waiting for a yes
@@ -54,41 +65,89 @@ class JobsState(AppState):
             flt["name_prefix"] = self.f_name.strip()
         if self.f_tag.strip():
             flt["tag"] = self.f_tag.strip()
+        if self.f_q.strip():
+            flt["q"] = self.f_q.strip()
         return flt
 
     async def fetch(self) -> None:
-        """Read the page shown from the core."""
-        page = await self.client().list_jobs(**self._filter(), cursor=self.cursor or None, limit=PAGE_SIZE)
-        self.rows = [job_row(j, self.may("jobs.write", j.get("queue"))) for j in page["jobs"]]
-        self.next_cursor = int(page.get("next_cursor") or 0)
+        """Read the page shown from the core (sorted and counted there)."""
+        page = await self.client().list_jobs(**self._filter(), cursor=self.cursor or None, limit=PAGE_SIZE,
+                                             sort=self.sort, order=self.order, count="true")  # fmt: skip
+        self.rows = [job_row(j, self.may("jobs.write", j.get("queue")), self.zone_name()) for j in page["jobs"]]
+        self.next_cursor = str(page.get("next_cursor") or "")
+        self.total, self.total_exact = int(page.get("total") or 0), bool(page.get("total_exact", True))
+        self.loaded = True
         shown = {r["id"] for r in self.rows}
         self.selected = [i for i in self.selected if i in shown]
+
+    @rx.var
+    def total_text(self) -> str:
+        """ "50 of 37,412" (about, when the core estimated the count)."""
+        return f"{len(self.rows):,} of {'' if self.total_exact else 'about '}{self.total:,}"
+
+    @rx.var
+    def share_query(self) -> str:
+        """The filters and sort as the URL's query (a filtered view can be shared)."""
+        values = {"state": self.f_state if self.f_state != "all" else "", "queue": self.f_queue.strip(),
+                  "name": self.f_name.strip(), "tag": self.f_tag.strip(), "q": self.f_q.strip(),
+                  "sort": self.sort if self.sort != "id" else "", "order": self.order if self.order != "desc" else ""}  # fmt: skip
+        query = urlencode({k: v for k, v in values.items() if v})
+        return f"?{query}" if query else ""
+
+    def _read_url(self) -> None:
+        """Filters and sort from the URL (`/jobs?state=dead&q=cust-42&sort=priority`)."""
+        params = self.router.url.query_parameters
+        self.f_state = str(params.get("state") or "all")
+        self.f_queue, self.f_name, self.f_tag, self.f_q = (
+            str(params.get(k) or "") for k in ("queue", "name", "tag", "q")
+        )
+        sort, order = str(params.get("sort") or "id"), str(params.get("order") or "desc")
+        self.sort = sort if sort in SORTABLE.values() else "id"
+        self.order = order if order in ("asc", "desc") else "desc"
+
+    def _write_url(self) -> Any:
+        return rx.call_script(f"window.history.replaceState(null, '', '/jobs' + {json.dumps(self.share_query)})")
 
     async def live_refresh(self, changes: list[Change] | None) -> None:
         if touched(changes, "job."):
             await self.fetch()
 
     async def load(self) -> Any:
+        self._read_url()
+        self.cursor, self.cursors = "", []
         return await self._fetch_or_fail()
 
-    # -- filters and paging
+    # -- filters, sort and paging
 
     async def set_filter(self, key: str, value: str) -> Any:
         setattr(self, f"f_{key}", value)
-        self.cursor, self.cursors = 0, []
-        return await self.load()
+        self.cursor, self.cursors = "", []
+        return _events(await self._fetch_or_fail(), self._write_url())
+
+    async def sort_by(self, column: str) -> Any:
+        """Sort by `column` on the server (again: the other way round), from the first page."""
+        if column == self.sort:
+            self.order = "asc" if self.order == "desc" else "desc"
+        else:
+            self.sort, self.order = column, "desc"
+        self.cursor, self.cursors = "", []
+        return _events(await self._fetch_or_fail(), self._write_url())
+
+    @rx.var
+    def sort_arrow(self) -> str:
+        return "↓" if self.order == "desc" else "↑"
 
     async def next_page(self) -> Any:
         if self.next_cursor:
             self.cursors = [*self.cursors, self.cursor]
             self.cursor = self.next_cursor
-        return await self.load()
+        return await self._fetch_or_fail()
 
     async def prev_page(self) -> Any:
         if self.cursors:
             self.cursor = self.cursors[-1]
             self.cursors = self.cursors[:-1]
-        return await self.load()
+        return await self._fetch_or_fail()
 
     # -- selection
 
@@ -108,7 +167,7 @@ class JobsState(AppState):
             await self.client().job_action(int(job_id), action)
         except JobDeckError as exc:
             return self.failed(exc)
-        await self.load()
+        await self._fetch_or_fail()
         return rx.toast.success(f"job {job_id}: {action} done", duration=2000)
 
     def open_priority(self, job_id: str, current: str) -> None:
@@ -126,7 +185,7 @@ class JobsState(AppState):
         except JobDeckError as exc:
             return self.failed(exc)
         self.prio_job = ""
-        await self.load()
+        await self._fetch_or_fail()
         return rx.toast.success(f"job {job_id}: priority {self.prio_value}", duration=2000)
 
     async def ask_bulk(self, action: str, scope: str) -> Any:
@@ -186,12 +245,17 @@ class JobsState(AppState):
         except JobDeckError as exc:
             return self.failed(exc)
         self.selected = []
-        await self.load()
+        await self._fetch_or_fail()
         errors = got.get("errors") or []
         note = f"{action}: {got.get('changed', 0)} of {got.get('matched', 0)} jobs changed"
         if errors:
             return rx.toast.warning(f"{note}; {len(errors)} refused: {errors[0].get('message', '')}", duration=6000)
         return rx.toast.success(note, duration=3000)
+
+
+def _events(*events: Any) -> list[Any]:
+    """The events a handler returns, without the Nones (Reflex wants events only)."""
+    return [e for e in events if e is not None]
 
 
 # -- components
@@ -262,7 +326,8 @@ def _row(row: Any) -> rx.Component:
         rx.table.cell(rx.badge(row["state"], color_scheme=row["color"], class_name="job-state")),
         rx.table.cell(row["priority"], class_name="job-priority"),
         rx.table.cell(row["attempts"]),
-        rx.table.cell(row["created"]),
+        rx.table.cell(rx.text(row["created"], title=row["created_title"], size="2", class_name="job-created")),
+        rx.table.cell(row["duration"]),
         rx.table.cell(rx.text(row["note"], size="1", color_scheme="gray", trim="both")),
         rx.table.cell(
             rx.hstack(
@@ -291,6 +356,22 @@ def _row(row: Any) -> rx.Component:
     )
 
 
+def _header(title: str) -> rx.Component | str:
+    """A column header; the sortable ones sort on the server when clicked (again: the other way)."""
+    column = SORTABLE.get(title)
+    if column is None:
+        return title
+    return rx.button(
+        title,
+        rx.cond(JobsState.sort == column, JobsState.sort_arrow, ""),
+        variant="ghost",
+        size="1",
+        on_click=JobsState.sort_by(column),
+        class_name=f"sort-{column}",
+        aria_label=f"sort by {title.lower()}",
+    )
+
+
 def _filters() -> rx.Component:
     return rx.hstack(
         rx.vstack(
@@ -316,6 +397,7 @@ def _filters() -> rx.Component:
                 spacing="1",
             )
             for key, label, hint in (
+                ("q", "Search", "id, name, args, tag"),
                 ("queue", "Queue", "any"),
                 ("name", "Name starts with", "any"),
                 ("tag", "Tag", "any"),
@@ -397,8 +479,19 @@ def jobs_page() -> rx.Component:
                         rx.checkbox(on_change=JobsState.toggle_all, aria_label="select all jobs on this page")
                     ),
                     *(
-                        rx.table.column_header_cell(h)
-                        for h in ("ID", "Name", "Queue", "State", "Priority", "Attempts", "Created", "Note", "Actions")
+                        rx.table.column_header_cell(_header(h))
+                        for h in (
+                            "ID",
+                            "Name",
+                            "Queue",
+                            "State",
+                            "Priority",
+                            "Attempts",
+                            "Created",
+                            "Duration",
+                            "Note",
+                            "Actions",
+                        )
                     ),
                 )
             ),
@@ -407,8 +500,13 @@ def jobs_page() -> rx.Component:
             size="1",
             id="jobs-table",
         ),
-        rx.cond(JobsState.rows.length() == 0, rx.text("No jobs match.", color_scheme="gray"), rx.fragment()),
+        rx.cond(
+            JobsState.loaded,
+            rx.cond(JobsState.rows.length() == 0, rx.text("No jobs match.", color_scheme="gray"), rx.fragment()),
+            rx.hstack(rx.spinner(size="2"), rx.text("Loading jobs…", color_scheme="gray"), id="jobs-loading"),
+        ),
         rx.hstack(
+            rx.text(JobsState.total_text, " jobs", size="2", color_scheme="gray", id="jobs-total"),
             rx.button(
                 "Previous",
                 on_click=JobsState.prev_page,

@@ -11,13 +11,16 @@ from typing import Any
 import plotly.graph_objects as go
 import reflex as rx
 
+from core import timetext
 from core.client import relay_lag_text
+from core.errors import JobDeckError
 from web_ui.format import STATE_COLOR
 from web_ui.hub import BUCKET_SECONDS, HUB, Change
 from web_ui.layout import layout
 from web_ui.state import AppState, page_state
 
 CHART_EVERY = 2.0  # seconds between chart redraws in one tab
+HISTORY_EVERY = 10.0  # seconds between reads of the store's history by one tab
 COUNTERS = ("queued", "running", "scheduled", "paused", "failed", "dead", "succeeded", "cancelled")
 OUTCOME_COLORS = {"succeeded": "#30a46c", "failed": "#f76b15", "dead": "#e5484d", "cancelled": "#8b8d98"}
 
@@ -40,13 +43,21 @@ def _axis() -> list[datetime]:
     return [datetime.fromtimestamp(m * BUCKET_SECONDS) for m in HUB.minute_axis()]
 
 
-def outcomes_figure() -> go.Figure:
-    """Jobs per minute by outcome, stacked bars."""
-    axis = _axis()
+def _history_axis(history: dict[str, Any], zone: str) -> list[datetime]:
+    tz = timetext.zone(zone)
+    return [datetime.fromisoformat(b).astimezone(tz).replace(tzinfo=None) for b in history.get("buckets", [])]
+
+
+def outcomes_figure(history: dict[str, Any], zone: str) -> go.Figure:
+    """Finished jobs per interval by outcome over the chosen range (from the store), stacked bars;
+    every interval is there, so a quiet stretch reads as zero, not as a gap."""
+    axis = _history_axis(history, zone)
     fig = go.Figure()
-    for outcome, values in HUB.outcome_series().items():
-        fig.add_trace(go.Bar(x=axis, y=values, name=outcome, marker_color=OUTCOME_COLORS[outcome]))
-    return _layout(fig.update_layout(barmode="stack"), "jobs / minute")
+    for outcome, values in (history.get("outcomes") or {}).items():
+        if outcome in OUTCOME_COLORS:
+            fig.add_trace(go.Bar(x=axis, y=values, name=outcome, marker_color=OUTCOME_COLORS[outcome]))
+    per = f"per {int(history.get('bucket_seconds', 60) // 60) or 1} min" if history else ""
+    return _layout(fig.update_layout(barmode="stack", bargap=0.1), f"jobs {per}")
 
 
 def latency_figure() -> go.Figure:
@@ -70,9 +81,10 @@ def depth_figure(patterns: list[str]) -> go.Figure:
     return _layout(fig, "queued jobs")
 
 
-def success_figure() -> go.Figure:
-    """The success ratio per minute."""
-    fig = go.Figure(go.Scatter(x=_axis(), y=HUB.success_series(), name="success %", mode="lines+markers",
+def success_figure(history: dict[str, Any], zone: str) -> go.Figure:
+    """The success ratio per interval over the chosen range (none where nothing finished)."""
+    fig = go.Figure(go.Scatter(x=_history_axis(history, zone), y=history.get("success_percent") or [],
+                               name="success %", mode="lines+markers", connectgaps=False,
                                line={"color": OUTCOME_COLORS["succeeded"]}))  # fmt: skip
     fig.update_yaxes(range=[0, 105])
     return _layout(fig, "succeeded / finished (%)")
@@ -90,6 +102,9 @@ class OverviewState(AppState):
     fig_depth: go.Figure = go.Figure()
     fig_success: go.Figure = go.Figure()
     charts_at: float = 0.0
+    range_: str = "1h"  # of the outcome and success charts: 15m, 1h or 24h, read from the store
+    history: dict[str, Any] = {}
+    history_at: float = 0.0
 
     def _counters(self) -> None:
         by_state: dict[str, Any] = (HUB.stats or {}).get("by_state", {})
@@ -100,19 +115,33 @@ class OverviewState(AppState):
         relays = (HUB.stats or {}).get("relays") or {}
         self.relays = [relay_lag_text(name, lag) for name, lag in sorted(relays.items())]
 
-    def _charts(self) -> None:
-        self.fig_outcomes, self.fig_latency = outcomes_figure(), latency_figure()
-        self.fig_depth, self.fig_success = depth_figure(self.queue_patterns), success_figure()
+    async def _charts(self) -> None:
+        if not self.history or time.monotonic() - self.history_at >= HISTORY_EVERY:
+            try:
+                self.history = await self.client().stats_history(self.range_)
+                self.history_at = time.monotonic()
+            except JobDeckError:
+                pass  # the header says the core is away; the charts keep what they had
+        zone = self.zone_name()
+        self.fig_outcomes, self.fig_latency = outcomes_figure(self.history, zone), latency_figure()
+        self.fig_depth, self.fig_success = depth_figure(self.queue_patterns), success_figure(self.history, zone)
         self.charts_at = time.monotonic()
 
     async def live_refresh(self, changes: list[Change] | None) -> None:
         self._counters()
-        if time.monotonic() - self.charts_at >= CHART_EVERY:
-            self._charts()
+        if changes is None or time.monotonic() - self.charts_at >= CHART_EVERY:
+            await self._charts()
 
-    def load(self) -> None:
+    async def load(self) -> None:
         self._counters()
-        self._charts()
+        await self._charts()
+
+    async def set_range(self, value: str | list[str]) -> None:
+        """Show 15 min, 1 h or 24 h of finished jobs (read from the store at once)."""
+        chosen = value[0] if isinstance(value, list) and value else value
+        self.range_ = chosen if isinstance(chosen, str) and chosen in ("15m", "1h", "24h") else "1h"
+        self.history = {}
+        await self._charts()
 
 
 def _counter(item: Any) -> rx.Component:
@@ -170,8 +199,22 @@ def overview_page() -> rx.Component:
             wrap="wrap",
             spacing="3",
         ),
+        rx.hstack(
+            rx.text("Finished jobs over", size="2", color_scheme="gray"),
+            rx.segmented_control.root(
+                rx.segmented_control.item("15 min", value="15m"),
+                rx.segmented_control.item("1 h", value="1h"),
+                rx.segmented_control.item("24 h", value="24h"),
+                value=OverviewState.range_,
+                on_change=OverviewState.set_range,
+                id="range-picker",
+            ),
+            rx.text("(from the store; latency and depth: since this dashboard started)", size="1", color_scheme="gray"),
+            align="center",
+            spacing="2",
+        ),
         rx.grid(
-            _chart("Jobs per minute by outcome", OverviewState.fig_outcomes, "chart-outcomes"),
+            _chart("Jobs by outcome", OverviewState.fig_outcomes, "chart-outcomes"),
             _chart("Pick-up latency p50 / p95 / p99", OverviewState.fig_latency, "chart-latency"),
             _chart("Queue depth", OverviewState.fig_depth, "chart-depth"),
             _chart("Success ratio", OverviewState.fig_success, "chart-success"),

@@ -119,7 +119,7 @@ class AuditState(AppState):
         self.note = ""
         self.entries = [
             {
-                "when": clock(e.get("at")),
+                "when": clock(e.get("at"), self.zone_name()),
                 "actor": f"{e.get('actor') or ''} ({e.get('role') or '-'})",
                 "action": str(e.get("action") or ""),
                 "target": str(e.get("target") or ""),

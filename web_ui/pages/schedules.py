@@ -9,7 +9,7 @@ from typing import Any
 import reflex as rx
 
 from core.errors import InvalidInput, JobDeckError
-from web_ui.format import ago, clock, task_text
+from web_ui.format import ago, clock, clock_both, task_text
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
 from web_ui.state import AppState, page_state, set_editable
@@ -47,7 +47,8 @@ class SchedulesState(AppState):
                 "timezone": str(s.get("timezone") or ""),
                 "task": task_text((s.get("job") or {}).get("task") or {}),
                 "queue": str((s.get("job") or {}).get("queue") or ""),
-                "next": clock(s.get("next_fire_at")),
+                "next": clock(s.get("next_fire_at"), str(s.get("timezone") or "UTC")),  # the schedule's zone
+                "next_both": clock_both(s.get("next_fire_at"), str(s.get("timezone") or "UTC"), self.zone_name()),
                 "next_in": ago(s.get("next_fire_at")),
                 "fired": str(s.get("fired", 0)),
                 "paused": "1" if s.get("paused") else "",
@@ -271,7 +272,7 @@ def _row(s: Any) -> rx.Component:
             rx.cond(
                 s["paused"] != "",
                 rx.badge("paused", color_scheme="purple"),
-                rx.text(s["next"], " (", s["next_in"], ")"),
+                rx.text(s["next"], " (", s["next_in"], ")", title=s["next_both"], class_name="schedule-next"),
             )
         ),
         rx.table.cell(s["fired"]),
