@@ -15,6 +15,7 @@ from tests.web_ui.test_dashboard import api
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # the first test may wait for the build
 OpenPage = Callable[..., Page]
+CHART_WAIT = 40_000  # ms
 NO_MATCH_WATCH = """(() => {
   window.__sawNoMatch = false;
   new MutationObserver(() => {
@@ -82,14 +83,15 @@ def test_the_overview_range_picker_reads_the_store(open_page: OpenPage, web: Das
     points = "() => { const g = document.querySelector('#chart-outcomes .js-plotly-plot'); " \
              "return g && g.data && g.data.length ? g.data[0].x.length : 0; }"  # fmt: skip
     try:
-        page.wait_for_function(f"({points})() === 60")  # 1 h in 1 min intervals, every one there
+        # plotly's first draw takes seconds on a loaded two-core machine: a generous wait
+        page.wait_for_function(f"({points})() === 60", timeout=CHART_WAIT)  # 1 h in 1 min intervals
     except Exception:
         raise AssertionError(f"expected 60 points, got {page.evaluate(points)}") from None
     page.locator("#range-picker").get_by_role("radio", name="24 h").click()
-    page.wait_for_function(f"({points})() === 96")  # 24 h in 15 min intervals
+    page.wait_for_function(f"({points})() === 96", timeout=CHART_WAIT)  # 24 h in 15 min intervals
     page.locator("#range-picker").get_by_role("radio", name="15 min").click()
-    page.wait_for_function(f"({points})() === 30")
+    page.wait_for_function(f"({points})() === 30", timeout=CHART_WAIT)
     total = "() => document.querySelector('#chart-outcomes .js-plotly-plot').data.reduce((n, t) => " \
             "n + (t.name === 'succeeded' ? t.y.reduce((a, b) => a + b, 0) : 0), 0)"  # fmt: skip
     assert api(web, "get_job", job["id"])["state"] in ("succeeded", "running", "queued")
-    page.wait_for_function(f"({total})() >= 1", timeout=30_000)  # the finished job, read from the store
+    page.wait_for_function(f"({total})() >= 1", timeout=CHART_WAIT)  # the finished job, read from the store
