@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.requests import HTTPConnection
 
+from core.api.fields import path_id
 from core.auth.authenticate import Authenticator
 from core.auth.roles import AGENT, Principal
 from core.auth.sessions import COOKIE
@@ -133,7 +136,7 @@ async def authorize(request: HTTPConnection) -> None:
     if request.scope["type"] != "http":
         return  # WebSockets authenticate in their handlers, where they can answer with a message
     route = request.scope.get("route")
-    path = getattr(route, "path", request.url.path)
+    path = getattr(route, "path_format", None) or request.url.path  # the path without {job_id:id} convertors
     method = request.scope["method"]
     rule = RULES.get((method, path))
     if rule is not None and rule.action == PUBLIC:
@@ -160,10 +163,12 @@ async def authorize(request: HTTPConnection) -> None:
         raw = str(request.path_params.get(rule.target))
         kind = TARGET_KIND[rule.target] or ("agent" if "agents" in path else "queue")
         target = f"{kind}:{raw}"
+        if kind in ("job", "schedule"):
+            ident = _target_id(raw, rule.target)  # as the route would parse it: a bad id is a 422 for everyone
         if kind == "job" and not p.sees_everything:
-            queue = (await engine.store.get_job(int(raw))).queue
+            queue = (await engine.store.get_job(ident)).queue
         elif kind == "schedule" and ((mutating and audited) or not p.sees_everything):
-            s = await engine.store.get_schedule(int(raw))
+            s = await engine.store.get_schedule(ident)
             queue = str(s.job.get("queue") or "default")
             before[target] = schedule_to_dict(s)
         elif kind == "queue":
@@ -176,6 +181,13 @@ async def authorize(request: HTTPConnection) -> None:
         return
     elif not p.may(rule.action, queue):
         await _refuse(request, p, p.refusal(rule.action, queue))
+
+
+def _target_id(raw: str, param: str) -> int:
+    try:
+        return path_id(raw)
+    except ValidationError as exc:
+        raise RequestValidationError([{**e, "loc": ("path", param)} for e in exc.errors()]) from None
 
 
 def _check_origin(request: HTTPConnection) -> None:

@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from starlette.responses import Response
+from fastapi.routing import iter_route_contexts
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from core.api.schemas import ERRORS
+from core.api.fields import ID_MAX, PATTERN_WORDS, IdConvertor
 from core.engine import Engine
-from core.errors import JobDeckError, PayloadTooLarge, RateLimited, Unauthorized
+from core.errors import InvalidInput, JobDeckError, PayloadTooLarge, RateLimited, Unauthorized
 
 API_VERSION = "0.1.0"
 BATCH_PATH = "/v1/jobs/batch"
 
 
-class JSON(Response):
-    """JSON responses through orjson."""
-
-    media_type = "application/json"
+class JSON(JSONResponse):
+    """JSON responses through orjson (a JSONResponse, so the OpenAPI document shows the route's model)."""
 
     def render(self, content: Any) -> bytes:
         if isinstance(content, bytes):  # already JSON (stored event bodies)
@@ -45,10 +46,24 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
+_EXPECTED = {"int_type": "a whole number", "int_from_float": "a whole number", "float_type": "a number",
+             "bool_type": "true or false", "string_type": "a string", "list_type": "a list", "dict_type": "an object",
+             "model_type": "an object"}  # fmt: skip
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number with a fraction" if isinstance(value, float) and not value.is_integer() else "a number"
+    if value is None:
+        return "null"
+    kinds: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
+    return kinds.get(type(value), type(value).__name__)
+
+
 def validation_error(exc: RequestValidationError) -> JobDeckError:
     """Turn pydantic's first complaint into one clear message naming the field (and batch index)."""
-    from core.errors import InvalidInput
-
     errors = exc.errors()
     first: dict[str, Any] = dict(errors[0]) if errors else {"loc": (), "msg": "invalid request"}
     loc = tuple(first.get("loc", ()))
@@ -58,9 +73,18 @@ def validation_error(exc: RequestValidationError) -> JobDeckError:
     msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
     if first.get("type") == "missing":
         msg = "this field is required"
-    elif "input" in first and first.get("type") not in ("model_type", "dict_type", "model_attributes_type"):
-        shown = orjson.dumps(first["input"], default=str).decode()
-        if len(shown) <= 80:
+    elif first.get("type") == "string_pattern_mismatch":
+        pattern = str(first.get("ctx", {}).get("pattern", ""))
+        msg = PATTERN_WORDS.get(pattern, msg)
+    elif first.get("type") in _EXPECTED and "input" in first:
+        # strict types: say what was sent instead ("5" for a number is refused, not converted)
+        msg = f"must be {_EXPECTED[str(first['type'])]}, not {_json_kind(first['input'])}"
+    if "input" in first and first.get("type") not in ("missing", "model_type", "dict_type", "model_attributes_type"):
+        try:
+            shown = orjson.dumps(first["input"], default=str).decode()
+        except (TypeError, orjson.JSONEncodeError):  # past 64-bit integers or orjson's depth: not shown
+            shown = ""
+        if shown and len(shown) <= 80:
             msg += f" (got {shown})"
     prefix = ""
     if len(loc) > 2 and loc[:2] == ("body", "jobs") and isinstance(loc[2], int):
@@ -127,6 +151,49 @@ class BodyLimit:
         await error_response(err)(scope, receive, send)
 
 
+def http_error(app: FastAPI, request: Request, exc: HTTPException) -> JSON:
+    """Starlette's own 404 and 405 in the one error shape: a path whose id is not a number says so
+    (422 naming the parameter), and a 405 lists every method of the path in `Allow`."""
+    method, path = request.method, request.url.path
+    routes = list(iter_route_contexts(app.routes))
+    if exc.status_code == 404:
+        for ctx in routes:
+            bad = _bad_ids(ctx, path)
+            if bad is not None and method in (ctx.methods or ()):
+                name, value = bad
+                err = InvalidInput(f"{name}: {value[:40]!r} is not an id: give a whole number from 1 to {ID_MAX}",
+                                   field=name)  # fmt: skip
+                return error_response(err)
+        body = {"error": "not_found", "message": f"no route {method} {path} (the API is described at /docs)",
+                "field": None}  # fmt: skip
+        return JSON(body, status_code=404)
+    headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "allow"}
+    message = str(exc.detail)
+    if exc.status_code == 405:
+        regexes = ((getattr(c, "path_regex", None), getattr(c, "methods", None)) for c in routes)
+        allowed = sorted({m for regex, ms in regexes if regex is not None and ms and regex.match(path) for m in ms})
+        headers["allow"] = ", ".join(allowed)
+        message = f"{path} does not take {method}; it takes {headers['allow']}"
+    code = {405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSON({"error": code, "message": message, "field": None}, status_code=exc.status_code, headers=headers)
+
+
+def _bad_ids(ctx: Any, path: str) -> tuple[str, str] | None:
+    """(parameter, value) when `path` is the route's but for an {x:id} parameter that is not digits."""
+    fmt = getattr(ctx, "path_format", None)
+    convertors = getattr(ctx, "param_convertors", None) or {}
+    ids = [k for k, c in convertors.items() if isinstance(c, IdConvertor)]
+    if not fmt or not ids:
+        return None
+    pattern = re.escape(fmt)
+    for k in convertors:
+        pattern = pattern.replace(re.escape("{" + k + "}"), f"(?P<{k}>[^/]+)")
+    match = re.fullmatch(pattern, path)
+    if match is None:
+        return None
+    return next(((k, match[k]) for k in ids if not (match[k].isascii() and match[k].isdigit())), None)
+
+
 def unauthorized_response(err: JobDeckError) -> JSON:
     """401 with the RFC 6750 challenge; the description is the check that failed (no secrets in it)."""
     resp = error_response(err)
@@ -142,13 +209,12 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
     """The API of one node over `engine`."""
     from fastapi import Depends
 
-    from core.api import access, agents_ws, auth_routes, events, health, jobs, queues, schedules, system
+    from core.api import access, agents_ws, auth_routes, events, health, jobs, openapi, queues, schedules, system
     from core.auth.authenticate import Authenticator
 
     settings = engine.settings
     app = FastAPI(
         dependencies=[Depends(access.authorize)],
-        responses=ERRORS,
         title="JobDeck API",
         version=API_VERSION,
         description="Submit, watch and steer jobs. Errors are JSON: {error, message, field}.",
@@ -176,14 +242,19 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         await access.record_failure(request, err)
         return error_response(err)
 
-    from starlette.exceptions import HTTPException
-
     @app.exception_handler(HTTPException)
-    async def _http_error(_: Request, exc: HTTPException) -> Response:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSON({"error": code, "message": str(exc.detail), "field": None}, status_code=exc.status_code)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        return http_error(app, request, exc)
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, exc: Exception) -> Response:
+        # A bug, never the caller's fault: still the one error shape (the traceback goes to the log).
+        body = {"error": "internal", "message": f"internal error ({type(exc).__name__}); see the server's log",
+                "field": None}  # fmt: skip
+        return JSON(body, status_code=500)
 
     for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes):
         app.include_router(module.router)
+    app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, batch_limit=16 * settings.max_body_bytes)
     return app

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
+from core.api.fields import check_time_range
 from core.engine import Engine
 from core.errors import InvalidInput
 
@@ -50,6 +51,4 @@ def parse_time(value: str | None, field: str) -> float | None:
         raise InvalidInput(
             f"{field}: {value!r} is not an ISO 8601 time such as 2026-01-31T09:00:00Z", field=field
         ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    return check_time_range(dt, field)

@@ -1,43 +1,67 @@
-"""Request bodies of the API, validated with pydantic (which also writes the OpenAPI document)."""
+"""Request bodies of the API, validated with pydantic (which also writes the OpenAPI document).
+
+Every model is strict: a number field takes a JSON number (not "5", not true), and unknown fields
+are refused. The JSON schema of each says exactly what the server takes: where a rule spans fields
+(exactly one of `command` / `argv`), it is written as `oneOf`, so a request the document allows is
+one the server accepts (tests/api/test_fuzz.py holds both to it).
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
+from core.api.fields import (
+    NO_NUL,
+    QUEUE_NAME,
+    STATES_PATTERN,
+    FreeJson,
+    Id,
+    Int,
+    Labels,
+    Text,
+    Timestamp,
+    TimeZone,
+    bounded_depth,
+    check_time_range,
+    whole,
+)
 from core.model import PRIORITY_MAX, PRIORITY_MIN
-from core.schedule import validate_cron, zone
+from core.schedule import validate_cron
 
-QUEUE_NAME = r"^[A-Za-z0-9_.:\-]{1,64}$"
-LABEL = r"^[A-Za-z0-9_.:/\-]{1,64}$"
-_DOTTED = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
-
-
-class ErrorBody(BaseModel):
-    """Every error of the API."""
-
-    error: str = Field(description="a machine-readable code: invalid, not_found, conflict, payload_too_large, ...")
-    message: str = Field(description="what was wrong and how to fix it")
-    field: str | None = Field(None, description="the request field at fault, e.g. jobs[5].priority")
+_DOTTED_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*(:[A-Za-z_][A-Za-z0-9_.]*)?$"
+_DOTTED = re.compile(_DOTTED_PATTERN)
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": text}
-    for status, text in (
-        (404, "no such job, queue, schedule or agent"),
-        (409, "not allowed in the current state (named in the message)"),
-        (413, "body over the size limit"),
-        (422, "an invalid field (named in `field`)"),
-    )
-}
+def _exactly_one(*fields: tuple[str, dict[str, Any]]) -> Any:
+    """JSON schema: exactly one of these fields is present and not null."""
+    return {"oneOf": [{"properties": {name: schema}, "required": [name]} for name, schema in fields]}
+
+
+# Nullable integers carry their bounds inside (a Field(ge=...) on `Int | None` is lost from the JSON schema).
+Priority = Annotated[int, Field(ge=PRIORITY_MIN, le=PRIORITY_MAX, strict=True), BeforeValidator(whole)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: numbers are numbers and booleans are booleans (no "5" or true for an integer)
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+_NOT_NULL: dict[str, Any] = {"not": {"type": "null"}}
 
 
 SECRET_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}$"
@@ -71,13 +95,15 @@ def _env_values(env: Any) -> Any:
 
 
 class ShellTask(_Strict):
-    """Run a command: `command` (a /bin/sh string) or `argv` (no shell)."""
+    """Run a command: `command` (a /bin/sh string) or `argv` (no shell), exactly one of them."""
+
+    model_config = ConfigDict(json_schema_extra=_exactly_one(("command", _NOT_NULL), ("argv", _NOT_NULL)))
 
     kind: Literal["shell"]
-    command: str | None = Field(None, min_length=1, max_length=100_000)
-    argv: list[str] | None = Field(None, min_length=1)
+    command: Text | None = Field(None, min_length=1, max_length=100_000)
+    argv: list[Text] | None = Field(None, min_length=1)
     env: dict[str, str | SecretRef] = Field(default_factory=dict, description=ENV_DOC)
-    cwd: str | None = None
+    cwd: Text | None = None
 
     _env = field_validator("env", mode="before")(_env_values)
 
@@ -93,18 +119,21 @@ class HttpTask(_Strict):
 
     kind: Literal["http"]
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"] = "GET"
-    url: str = Field(pattern=r"^https?://\S+$", max_length=8192)
+    # no control characters or spaces (spelled out: "\s" means other characters in JSON Schema than in pydantic)
+    url: str = Field(pattern=r"^https?://[^\x00-\x20\x7f]+$", max_length=8192)
     headers: dict[str, str] = Field(default_factory=dict)
-    body: Any = None
+    body: FreeJson = None
 
 
 class PythonTask(_Strict):
     """Call a Python function by dotted path (`package.module:function`) with JSON args."""
 
     kind: Literal["python"]
-    function: str = Field(max_length=300)
-    args: list[Any] = Field(default_factory=list)
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    # the pattern is stated for the document; _dotted checks the same one and says it in words
+    function: str = Field(max_length=300, description="package.module:function",
+                          json_schema_extra={"pattern": _DOTTED_PATTERN})  # fmt: skip
+    args: Annotated[list[Any], AfterValidator(bounded_depth)] = Field(default_factory=list)
+    kwargs: Annotated[dict[str, Any], AfterValidator(bounded_depth)] = Field(default_factory=dict)
     env: dict[str, str | SecretRef] = Field(
         default_factory=dict,
         description=ENV_DOC + "; a sync function finds them in os.environ, any in current_job().env",
@@ -130,28 +159,22 @@ class Backoff(_Strict):
     cap: float = Field(3600.0, gt=0, le=30 * 86_400)
 
 
-def _epoch(dt: datetime | None) -> float | None:
-    if dt is None:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+def _epoch(dt: datetime | None, field: str = "time") -> float | None:
+    return None if dt is None else check_time_range(dt, field)
 
 
 class JobTemplate(_Strict):
     """What a job is, without when it runs (used by schedules)."""
 
-    name: str | None = Field(None, min_length=1, max_length=200)
+    name: Text | None = Field(None, min_length=1, max_length=200)
     queue: str = Field("default", pattern=QUEUE_NAME)
-    priority: int = Field(0, ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    priority: Int = Field(0, ge=PRIORITY_MIN, le=PRIORITY_MAX)
     task: Task
-    max_attempts: int = Field(3, ge=1, le=1000)
+    max_attempts: Int = Field(3, ge=1, le=1000)
     backoff: Backoff = Field(default_factory=Backoff)
     timeout: float | None = Field(None, gt=0, le=30 * 86_400)
-    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=32)
-    labels: dict[Annotated[str, Field(pattern=LABEL)], Annotated[str, Field(pattern=LABEL)]] = Field(
-        default_factory=dict, max_length=16, description="only agents with all these labels run the job"
-    )
+    tags: list[Annotated[Text, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=32)
+    labels: Labels = Field(default_factory=dict, description="only agents with all these labels run the job")
 
     def to_spec(self) -> dict[str, Any]:
         """The plain dict the engine builds a job from."""
@@ -161,9 +184,15 @@ class JobTemplate(_Strict):
 class JobCreate(JobTemplate):
     """A job to submit. `run_at` (ISO 8601) or `delay` (seconds) defers it; otherwise it is due now."""
 
-    run_at: datetime | None = None
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {"properties": {"run_at": _NOT_NULL, "delay": _NOT_NULL}, "required": ["run_at", "delay"]}
+        }
+    )
+
+    run_at: Timestamp | None = None
     delay: float | None = Field(None, ge=0, le=366 * 86_400)
-    idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    idempotency_key: Text | None = Field(None, min_length=1, max_length=200)
 
     @model_validator(mode="after")
     def _when(self) -> JobCreate:
@@ -183,7 +212,7 @@ def specs_of(jobs: list[JobCreate]) -> list[dict[str, Any]]:
     specs: list[dict[str, Any]] = _JOB_LIST.dump_python(jobs, exclude_none=True)
     for spec in specs:
         if "run_at" in spec:
-            spec["run_at"] = _epoch(spec["run_at"])
+            spec["run_at"] = _epoch(spec["run_at"], "run_at")
     return specs
 
 
@@ -196,24 +225,42 @@ class JobBatch(_Strict):
 class PriorityChange(_Strict):
     """The new priority: higher runs first."""
 
-    priority: int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    priority: Int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
 
 
 class ConcurrencyChange(_Strict):
     """How many jobs of the queue may run at once across all agents: 0 lets none start (running ones
     finish), null removes the limit."""
 
-    concurrency: int | None = Field(ge=0, le=1_000_000)
+    concurrency: Annotated[int, Field(ge=0, le=1_000_000, strict=True), BeforeValidator(whole)] | None
+
+
+#: A cron expression: 5 fields (minute hour day month weekday), 6 with seconds last, or a shortcut.
+Cron = Annotated[
+    str,
+    Field(max_length=200),
+    WithJsonSchema({"type": "string", "format": "cron", "maxLength": 200,
+                    "description": "5 fields (minute hour day month weekday), 6 with seconds last, or @daily etc."}),
+]  # fmt: skip
+_TIMINGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("cron", {"type": "string"}),
+    ("interval", {"type": "number"}),
+    ("at", {"type": "string"}),
+    ("delay", {"type": "number"}),
+)
 
 
 class ScheduleFields(_Strict):
-    """Timing of a schedule: exactly one of `cron`, `interval` (seconds), `at` (one time) or `delay`."""
+    """Timing of a schedule: exactly one of `cron`, `interval` (seconds), `at` (one time) or `delay`.
 
-    cron: str | None = Field(None, max_length=200)
+    A one-time schedule's `at` must not be in the past (it would never fire): use `delay: 0` to run it now.
+    """
+
+    cron: Cron | None = None
     interval: float | None = Field(None, ge=1, le=366 * 86_400)
-    at: datetime | None = None
+    at: Timestamp | None = None
     delay: float | None = Field(None, ge=0, le=366 * 86_400)
-    timezone: str = "UTC"
+    timezone: TimeZone = "UTC"
 
     @field_validator("cron")
     @classmethod
@@ -222,18 +269,13 @@ class ScheduleFields(_Strict):
             validate_cron(v)
         return v
 
-    @field_validator("timezone")
-    @classmethod
-    def _tz(cls, v: str | None) -> str | None:
-        if v is not None:
-            zone(v)
-        return v
-
 
 class ScheduleCreate(ScheduleFields):
     """A recurring (cron, interval) or one-time (at, delay) schedule that makes jobs from `job`."""
 
-    name: str = Field(min_length=1, max_length=200)
+    model_config = ConfigDict(json_schema_extra=_exactly_one(*_TIMINGS))
+
+    name: Text = Field(min_length=1, max_length=200)
     job: JobTemplate
     paused: bool = False
 
@@ -248,41 +290,78 @@ class ScheduleCreate(ScheduleFields):
         return self
 
 
-class ScheduleUpdate(ScheduleFields):
-    """Fields to change; timing fields replace the old timing."""
+def _at_most_one(fields: tuple[tuple[str, dict[str, Any]], ...]) -> Any:
+    pairs = [
+        {"properties": {a: sa, b: sb}, "required": [a, b]}
+        for i, (a, sa) in enumerate(fields)
+        for b, sb in fields[i + 1 :]
+    ]
+    return {"not": {"anyOf": pairs}}
 
-    name: str | None = Field(None, min_length=1, max_length=200)
+
+class ScheduleUpdate(ScheduleFields):
+    """Fields to change; a timing field (at most one) replaces the old timing."""
+
+    model_config = ConfigDict(json_schema_extra=_at_most_one(_TIMINGS))
+
+    name: Text | None = Field(None, min_length=1, max_length=200)
     job: JobTemplate | None = None
-    timezone: str | None = None  # type: ignore[assignment]
+    timezone: TimeZone | None = None  # type: ignore[assignment]
     paused: bool | None = None
 
 
 class TimingPreview(ScheduleFields):
     """A timing not yet saved, to see its next `n` fire times (the as-you-type cron preview)."""
 
-    n: int = Field(5, ge=1, le=100)
+    model_config = ConfigDict(json_schema_extra=_exactly_one(*_TIMINGS))
+
+    n: Int = Field(5, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _one_timing(self) -> TimingPreview:
+        given = [k for k in ("cron", "interval", "at", "delay") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of 'cron', 'interval', 'at' or 'delay'")
+        return self
 
 
 class JobSelection(_Strict):
     """Which jobs a bulk action takes: the filters of the job list."""
 
-    state: str | None = None
-    queue: str | None = None
-    name_prefix: str | None = None
-    tag: str | None = None
+    state: str | None = Field(  # checked by the route (parse_states names the unknown state)
+        None, max_length=500, description="comma-separated states", json_schema_extra={"pattern": STATES_PATTERN}
+    )
+    queue: str | None = Field(None, max_length=500, pattern=NO_NUL)
+    name_prefix: str | None = Field(None, max_length=500, pattern=NO_NUL)
+    tag: str | None = Field(None, max_length=500, pattern=NO_NUL)
 
 
-BULK_MAX = 100_000
+BULK_IDS_MAX = 100_000
+_BULK_ACTIONS = ("cancel", "pause", "resume", "retry", "priority")
 
 
 class BulkAction(_Strict):
-    """One action on many jobs: the listed `ids`, or every job matching `filter`."""
+    """One action on many jobs: the listed `ids` (up to 100,000), or every job matching `filter`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                _exactly_one(("ids", _NOT_NULL), ("filter", _NOT_NULL)),
+                {"oneOf": [
+                    {"properties": {"action": {"const": "priority"}, "priority": _NOT_NULL},
+                     "required": ["action", "priority"]},
+                    {"properties": {"action": {"enum": [a for a in _BULK_ACTIONS if a != "priority"]},
+                                    "priority": {"type": "null"}}},
+                ]},
+            ]
+        }
+    )  # fmt: skip
 
     action: Literal["cancel", "pause", "resume", "retry", "priority"]
-    ids: list[int] | None = Field(None, min_length=1, max_length=BULK_MAX)
+    ids: list[Id] | None = Field(None, min_length=1, max_length=BULK_IDS_MAX)
     filter: JobSelection | None = None
-    priority: int | None = Field(None, ge=PRIORITY_MIN, le=PRIORITY_MAX)
-    dry_run: bool = False  # only count what the selection matches (for "cancel 3,412 jobs?")
+    priority: Priority | None = None
+    dry_run: bool = Field(False, description="only count what the selection matches (for 'cancel 3,412 jobs?')")
 
     @model_validator(mode="after")
     def _one_selection(self) -> BulkAction:
