@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+from typing import NoReturn
 
 import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from core.api.access import authenticate, may_take
+from core.api.ws_messages import agent_message_problem
 from core.engine import Engine
 from core.errors import JobDeckError
 from core.protocol import ChannelClosed, Message
@@ -34,11 +36,23 @@ class WebSocketChannel:
             raise ChannelClosed(str(exc)) from None
         if frame["type"] == "websocket.disconnect":
             raise ChannelClosed("the agent disconnected")
-        data = frame.get("bytes") or frame.get("text") or b"{}"
-        msg = orjson.loads(data)
-        if not isinstance(msg, dict):
-            raise ChannelClosed("the agent sent something that is not a message")
+        data = frame.get("bytes") or frame.get("text") or b""
+        try:
+            msg = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            await self._refuse(f"a message is not JSON ({exc})")
+        problem = agent_message_problem(msg)
+        if problem is not None:
+            await self._refuse(problem)
+        assert isinstance(msg, dict)
         return msg
+
+    async def _refuse(self, problem: str) -> NoReturn:
+        """A malformed message: say why, close with 1007 (invalid data) and end the session."""
+        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+            await self.ws.send_bytes(orjson.dumps({"type": "error", "message": problem}))
+            await self.ws.close(code=1007, reason=problem[:120])
+        raise ChannelClosed(problem)
 
     async def close(self) -> None:
         with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
@@ -59,4 +73,5 @@ async def agents_ws(ws: WebSocket) -> None:
             await channel.send({"type": "error", "message": f"sign-in refused: {exc.message}"})
             await channel.close()
         return
-    await engine.attach_agent(channel, None if p.via == "none" else lambda queues: may_take(p, queues))
+    with contextlib.suppress(ChannelClosed):  # a malformed message ends the session (the agent was told why)
+        await engine.attach_agent(channel, None if p.via == "none" else lambda queues: may_take(p, queues))

@@ -17,10 +17,14 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.api.access import principal_of
+from core.api.app import JSON
 from core.api.deps import Route, parse_time
+from core.api.fields import NO_NUL, Cursor, QueryText, QueryTime
+from core.api.openapi import errors
+from core.api.responses import AuditPage, AuthConfig, Me, SignedOut, TicketExchange
 from core.auth.authenticate import Authenticator
 from core.auth.sessions import COOKIE
 from core.engine import Engine
@@ -34,7 +38,11 @@ TICKET_SECONDS = 60.0
 
 
 class Ticket(BaseModel):
-    ticket: str
+    """A one-time ticket from /auth/callback's redirect."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ticket: str = Field(max_length=10_000)
 
 
 def _auth(request: Request) -> Authenticator:
@@ -65,13 +73,14 @@ def _check_next(request: Request, next_url: str) -> str:
     )
 
 
-@router.get("/auth/me", summary="Who the caller is: role, teams, queues and allowed actions")
-async def me(request: Request) -> dict[str, Any]:
-    return principal_of(request).describe()
+@router.get("/auth/me", summary="Who the caller is: role, teams, queues and allowed actions", response_model=Me)
+async def me(request: Request) -> JSON:
+    return JSON(principal_of(request).describe())
 
 
-@router.get("/auth/config", summary="How to sign in to this server (for `jobdeck login` and the web UI)")
-async def auth_config(request: Request) -> dict[str, Any]:
+@router.get("/auth/config", summary="How to sign in to this server (for `jobdeck login` and the web UI)",
+            response_model=AuthConfig)  # fmt: skip
+async def auth_config(request: Request) -> JSON:
     auth = _auth(request)
     s = auth.settings
     out: dict[str, Any] = {"auth": auth.mode}
@@ -87,7 +96,7 @@ async def auth_config(request: Request) -> dict[str, Any]:
             device_authorization_endpoint=m.get("device_authorization_endpoint"),
             web_login=bool(s.oidc_client_id),
         )
-    return out
+    return JSON(out)
 
 
 def _oidc_web(request: Request) -> Authenticator:
@@ -97,8 +106,14 @@ def _oidc_web(request: Request) -> Authenticator:
     return auth
 
 
-@router.get("/auth/login", summary="Start the browser sign-in (OIDC authorization code + PKCE)")
-async def login(request: Request, next: str = "/auth/me", login_hint: str | None = None) -> RedirectResponse:
+_REDIRECT: dict[int | str, dict[str, Any]] = {302: {"description": "to the identity provider (login) or back to `next` (callback)",
+                   "headers": {"Location": {"schema": {"type": "string"}}}}}  # fmt: skip
+
+
+@router.get("/auth/login", summary="Start the browser sign-in (OIDC authorization code + PKCE)", status_code=302,
+            response_class=RedirectResponse, responses={**_REDIRECT, **errors(404)})  # fmt: skip
+async def login(request: Request, next: Annotated[str, Query(max_length=2000, pattern=NO_NUL)] = "/auth/me",
+                login_hint: QueryText = None) -> RedirectResponse:  # fmt: skip
     auth = _oidc_web(request)
     assert auth.oidc is not None
     from core.auth.oidc import pkce_pair
@@ -125,13 +140,14 @@ async def login(request: Request, next: str = "/auth/me", login_hint: str | None
     return resp
 
 
-@router.get("/auth/callback", summary="Where the IdP sends the browser back")
+@router.get("/auth/callback", summary="Where the IdP sends the browser back", status_code=302,
+            response_class=RedirectResponse, responses={**_REDIRECT, **errors(401, 404)})  # fmt: skip
 async def callback(
     request: Request,
-    code: str | None = None,
-    state: str | None = None,
-    error: str | None = None,
-    error_description: str | None = None,
+    code: QueryText = None,
+    state: QueryText = None,
+    error: QueryText = None,
+    error_description: QueryText = None,
 ) -> RedirectResponse:
     auth = _oidc_web(request)
     assert auth.oidc is not None
@@ -166,8 +182,9 @@ async def callback(
     return resp
 
 
-@router.post("/auth/ticket", summary="Exchange a one-time sign-in ticket for a session token")
-async def exchange_ticket(request: Request, body: Ticket) -> dict[str, Any]:
+@router.post("/auth/ticket", summary="Exchange a one-time sign-in ticket for a session token",
+             response_model=TicketExchange, responses=errors(401))  # fmt: skip
+async def exchange_ticket(request: Request, body: Ticket) -> JSON:
     auth = _auth(request)
     data = auth.sessions.unseal("ticket", body.ticket)
     used: set[str] = request.app.state.__dict__.setdefault("used_tickets", set())
@@ -176,35 +193,33 @@ async def exchange_ticket(request: Request, body: Ticket) -> dict[str, Any]:
     used.add(str(data["id"]))
     session = str(data["session"])
     p = auth.sessions.verify(session)
-    return {"token": session, "expires_at": data["expires_at"], "user": p.describe()}
+    return JSON({"token": session, "expires_at": data["expires_at"], "user": p.describe()})
 
 
-@router.post("/auth/logout", summary="End the browser session")
-async def logout(request: Request) -> dict[str, Any]:
+@router.post("/auth/logout", summary="End the browser session", response_model=SignedOut)
+async def logout(request: Request) -> JSON:
     auth = _auth(request)
     out: dict[str, Any] = {"signed_out": True}
     if auth.oidc is not None and auth.oidc.metadata.get("end_session_endpoint"):
         out["end_session_endpoint"] = auth.oidc.metadata["end_session_endpoint"]
-    from fastapi.responses import JSONResponse
-
-    resp = JSONResponse(out)
+    resp = JSON(out)
     resp.delete_cookie(COOKIE, path="/")
-    return resp  # type: ignore[return-value]
+    return resp
 
 
-@router.get("/v1/audit", summary="The audit log, newest first (admins)")
+@router.get("/v1/audit", summary="The audit log, newest first (admins)", response_model=AuditPage)
 async def list_audit(
     request: Request,
-    actor: str | None = None,
-    action: str | None = None,
-    target: str | None = None,
-    outcome: str | None = None,
-    since: Annotated[str | None, Query(description="ISO 8601")] = None,
-    until: Annotated[str | None, Query(description="ISO 8601")] = None,
-    cursor: int | None = None,
+    actor: QueryText = None,
+    action: QueryText = None,
+    target: QueryText = None,
+    outcome: QueryText = None,
+    since: QueryTime = None,
+    until: QueryTime = None,
+    cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> dict[str, Any]:
+) -> JSON:
     engine: Engine = request.app.state.engine
     flt = AuditFilter(actor, action, target, outcome, parse_time(since, "since"), parse_time(until, "until"))
     entries = await engine.store.list_audit(flt, cursor, limit)
-    return {"entries": entries, "next_cursor": entries[-1]["id"] if len(entries) == limit else None}
+    return JSON({"entries": entries, "next_cursor": entries[-1]["id"] if len(entries) == limit else None})

@@ -13,10 +13,14 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
 
 from core.api.access import authenticate, principal_of
 from core.api.app import JSON
 from core.api.deps import Route, get_engine
+from core.api.fields import ID_MAX, QueryText, Seq
+from core.api.responses import EventPage
+from core.api.ws_messages import FeedFilterMessage
 from core.engine import Engine
 from core.errors import Forbidden, InvalidInput, JobDeckError
 from core.store.base import EventFilter
@@ -26,12 +30,20 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 CATCH_UP_PAGE = 1000
 
 
+JOB_IDS_PATTERN = r"^[0-9,]*$"
+
+
+def _seq(value: str, field: str) -> int:
+    """A sequence number or id from a query string (digits, at most ID_MAX), or a 422 naming the field."""
+    digits = value.lstrip("0") or "0"  # int() of thousands of digits raises: count them first
+    if not value.isascii() or not value.isdigit() or len(digits) > 19 or int(digits) > ID_MAX:
+        raise InvalidInput(f"{field}: {value[:40]!r} is not a whole number from 0 to {ID_MAX}", field=field)
+    return int(digits)
+
+
 def parse_filter(queues: str | None, job_ids: str | None, types: str | None) -> EventFilter:
     """Comma-separated lists to an EventFilter."""
-    try:
-        ids = frozenset(int(x) for x in (job_ids or "").split(",") if x)
-    except ValueError:
-        raise InvalidInput(f"job_ids: {job_ids!r} is not a comma-separated list of job ids", field="job_ids") from None
+    ids = frozenset(_seq(x, "job_ids") for x in (job_ids or "").split(",") if x)
     return EventFilter(
         queues=frozenset(q for q in (queues or "").split(",") if q),
         job_ids=ids,
@@ -39,15 +51,18 @@ def parse_filter(queues: str | None, job_ids: str | None, types: str | None) -> 
     )
 
 
-@router.get("/v1/events", summary="Stored events after `since`, oldest first")
+@router.get("/v1/events", summary="Stored events after `since`, oldest first (also a WebSocket: see above)",
+            response_model=EventPage)  # fmt: skip
 async def list_events(
     engine: EngineDep,
     request: Request,
-    since: Annotated[int, Query(ge=0)] = 0,
+    since: Seq = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    queues: str | None = None,
-    job_ids: str | None = None,
-    types: str | None = None,
+    queues: QueryText = None,
+    job_ids: Annotated[
+        str | None, Query(max_length=10_000, pattern=JOB_IDS_PATTERN, description="comma-separated job ids")
+    ] = None,
+    types: QueryText = None,
 ) -> JSON:
     events = await engine.store.events_since(since, limit, parse_filter(queues, job_ids, types))
     p = principal_of(request)
@@ -75,12 +90,15 @@ async def events_ws(ws: WebSocket) -> None:
         p = await authenticate(ws)
         if not p.may("jobs.read"):
             raise Forbidden(p.refusal("jobs.read"))
+        for name in ("queues", "types"):
+            if "\x00" in q.get(name, ""):
+                raise InvalidInput(f"{name}: NUL characters are not allowed", field=name)
         flt = parse_filter(q.get("queues"), q.get("job_ids"), q.get("types"))
-        since = int(q["since"]) if q.get("since") not in (None, "") else None
-    except (JobDeckError, ValueError) as exc:
-        err = exc if isinstance(exc, JobDeckError) else InvalidInput(str(exc))
-        await ws.send_text(_control("stream.error", error=err.code, status=err.status, message=err.message))
-        await ws.close(code=1008)
+        since = _seq(q["since"], "since") if q.get("since") not in (None, "") else None
+    except JobDeckError as err:
+        await ws.send_text(_control("stream.error", error=err.code, status=err.status, message=err.message,
+                                    field=err.field))  # fmt: skip
+        await ws.close(code=1008, reason=err.message[:120])  # a close reason is at most 123 bytes
         return
     sees = None if p.sees_everything else p.sees  # a team's subscriber gets its queues' events (and queue-less ones)
     with engine.bus.subscribe() as sub:
@@ -107,14 +125,19 @@ async def events_ws(ws: WebSocket) -> None:
         async def read_filters() -> None:
             nonlocal flt
             while True:
-                msg = orjson.loads(await ws.receive_text())
-                f = msg.get("filter") if isinstance(msg, dict) else None
-                if isinstance(f, dict):
-                    flt = EventFilter(
-                        queues=frozenset(map(str, f.get("queues") or [])),
-                        job_ids=frozenset(int(x) for x in f.get("job_ids") or []),
-                        types=frozenset(map(str, f.get("types") or [])),
-                    )
+                frame = await ws.receive()
+                if frame["type"] == "websocket.disconnect":
+                    return
+                try:
+                    f = FeedFilterMessage.model_validate_json(frame.get("text") or frame.get("bytes") or b"").filter
+                except ValidationError as exc:
+                    first = exc.errors()[0]
+                    where = ".".join(str(p) for p in first["loc"]) or "message"
+                    await ws.send_text(_control("stream.error", error="invalid", status=422, field=where,
+                                                message=f"{where}: {first['msg']}; expected "
+                                                '{"filter": {"queues": [...], "job_ids": [...], "types": [...]}}'))  # fmt: skip
+                    continue
+                flt = EventFilter(queues=frozenset(f.queues), job_ids=frozenset(f.job_ids), types=frozenset(f.types))
 
         reader = asyncio.create_task(read_filters())
         try:

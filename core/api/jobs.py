@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -9,7 +10,10 @@ from fastapi import APIRouter, Depends, Query, Request
 from core.api.access import principal_of, require
 from core.api.app import JSON
 from core.api.deps import Route, get_engine, parse_time
-from core.api.schemas import BULK_MAX, BulkAction, JobBatch, JobCreate, PriorityChange, specs_of
+from core.api.fields import ID_MAX, NO_NUL, JobIdPath, QueryText, QueryTime, StatesQuery
+from core.api.openapi import errors
+from core.api.responses import AttemptList, BatchCreated, BulkResult, EventPage, JobOutput, JobPage, JobView
+from core.api.schemas import BulkAction, JobBatch, JobCreate, PriorityChange, specs_of
 from core.engine import Engine
 from core.errors import Forbidden, InvalidInput, JobDeckError
 from core.model import ALL_STATES, Job, job_to_dict
@@ -27,7 +31,13 @@ def view(job: Job, engine: Engine) -> dict[str, Any]:
     return out
 
 
-@router.post("/jobs", status_code=201, summary="Submit a job")
+@router.post(
+    "/jobs",
+    status_code=201,
+    summary="Submit a job",
+    response_model=JobView,
+    responses={200: {"model": JobView, "description": "its idempotency key was used before: that job"}},
+)
 async def create_job(body: JobCreate, engine: EngineDep, request: Request) -> JSON:
     """Store a job and return it (200 with the existing job if its idempotency key was used before)."""
     await require(request, "jobs.write", [body.queue])
@@ -38,12 +48,12 @@ async def create_job(body: JobCreate, engine: EngineDep, request: Request) -> JS
     return JSON(out, status_code=201 if created else 200)
 
 
-@router.post("/jobs/batch", status_code=201, summary="Submit up to 10,000 jobs at once")
-async def create_jobs(body: JobBatch, engine: EngineDep, request: Request) -> dict[str, Any]:
+@router.post("/jobs/batch", status_code=201, summary="Submit up to 10,000 jobs at once", response_model=BatchCreated)
+async def create_jobs(body: JobBatch, engine: EngineDep, request: Request) -> JSON:
     """All are stored in one transaction, or none (a bad job is named by its index)."""
     await require(request, "jobs.write", (j.queue for j in body.jobs))
     out = await engine.submit(specs_of(body.jobs))
-    return {"ids": [j.id for j, _ in out], "created": sum(1 for _, c in out if c)}
+    return JSON({"ids": [j.id for j, _ in out], "created": sum(1 for _, c in out if c)}, status_code=201)
 
 
 SEARCH_HELP = "search: the id, or text in the name, task (command, URL, function, args) or tags"
@@ -51,24 +61,26 @@ SortName = Literal["id", "created", "priority", "state", "queue", "duration"]
 SORT_HELP = "created is the id order; duration is the last attempt's (jobs without a finished one count as -1)"
 
 
-@router.get("/jobs", summary="List jobs: filtered, searched, sorted on the server, paged, counted")
+@router.get("/jobs", summary="List jobs: filtered, searched, sorted on the server, paged, counted",
+            response_model=JobPage)  # fmt: skip
 async def list_jobs(
     engine: EngineDep,
     request: Request,
-    state: Annotated[str | None, Query(description="comma-separated states")] = None,
-    queue: str | None = None,
-    name_prefix: str | None = None,
-    tag: str | None = None,
-    q: Annotated[str | None, Query(max_length=200, description=SEARCH_HELP)] = None,
-    created_after: Annotated[str | None, Query(description="ISO 8601")] = None,
-    created_before: Annotated[str | None, Query(description="ISO 8601")] = None,
-    schedule_id: int | None = None,
+    state: StatesQuery = None,
+    queue: QueryText = None,
+    name_prefix: QueryText = None,
+    tag: QueryText = None,
+    q: Annotated[str | None, Query(max_length=200, pattern=NO_NUL, description=SEARCH_HELP)] = None,
+    created_after: QueryTime = None,
+    created_before: QueryTime = None,
+    schedule_id: Annotated[int | None, Query(ge=1, le=ID_MAX)] = None,
     sort: Annotated[SortName, Query(description=SORT_HELP)] = "id",
     order: Literal["asc", "desc"] = "desc",
-    cursor: Annotated[str | None, Query(max_length=300, description="next_cursor of the previous page")] = None,
+    cursor: Annotated[str | None, Query(max_length=300, pattern=NO_NUL,
+                                        description="next_cursor of the previous page")] = None,  # fmt: skip
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     count: Annotated[bool, Query(description="also return `total`: how many jobs match")] = False,
-) -> dict[str, Any]:
+) -> JSON:
     """Filter by state, queue, name prefix, tag, search text and creation time; sort by a column
     (each served by an index, a page at a time); page with `cursor`. With `count=true`, `total` is
     the number of matches and `total_exact` says whether it was counted (True) or estimated."""
@@ -85,12 +97,23 @@ async def list_jobs(
         search=(q or "").strip() or None,
     )
     ordering = parse_order(sort, order, cursor)
+    _check_cursor(ordering.after)
     jobs = await engine.store.list_jobs(flt, None, limit, ordering)
     out: dict[str, Any] = {"jobs": [view(j, engine) for j in jobs], "next_cursor": next_cursor(jobs, limit, ordering),
                            "sort": sort, "order": order}  # fmt: skip
     if count:
         out["total"], out["total_exact"] = await engine.store.count_jobs(flt)
-    return out
+    return JSON(out)
+
+
+def _check_cursor(after: tuple[Any, int] | None) -> None:
+    """A cursor's numbers must fit the stores (64-bit integers, finite floats), or SQL would fail."""
+    if after is None:
+        return
+    value, last_id = after
+    bad_number = isinstance(value, int) and abs(value) > ID_MAX
+    if not 0 <= last_id <= ID_MAX or bad_number or (isinstance(value, float) and not math.isfinite(value)):
+        raise InvalidInput("cursor: not a cursor of this list; pass the next_cursor of the page before", field="cursor")
 
 
 def parse_states(value: str | None, field: str) -> tuple[str, ...]:
@@ -113,24 +136,34 @@ def _selection(flt: dict[str, Any], request: Request) -> JobFilter:
                      queue_patterns=visible_queues(request))  # fmt: skip
 
 
-@router.post("/jobs/bulk", summary="Cancel, pause, resume, retry or re-prioritise many jobs (ids or a filter)")
-async def bulk_action(body: BulkAction, engine: EngineDep, request: Request) -> dict[str, Any]:
-    """Each job is changed or refused alone; `errors` lists the first 100 refusals with the reason."""
+SELECT_PAGE = 5000  # ids read per page when a filter selects the jobs of a bulk action
+
+
+async def _matching_ids(engine: Engine, flt: JobFilter) -> list[int]:
+    """Every job the filter matches now, however many (newest first, a page at a time)."""
+    ids: list[int] = []
+    cursor = None
+    while True:
+        page = await engine.store.list_jobs(flt, cursor, SELECT_PAGE)
+        ids += [j.id for j in page]
+        if len(page) < SELECT_PAGE:
+            return ids
+        cursor = page[-1].id
+
+
+@router.post("/jobs/bulk", summary="Cancel, pause, resume, retry or re-prioritise many jobs (ids or a filter)",
+             response_model=BulkResult)  # fmt: skip
+async def bulk_action(body: BulkAction, engine: EngineDep, request: Request) -> JSON:
+    """Each job is changed or refused alone; `errors` lists the first 100 refusals with the reason.
+    A filter takes every job it matches, in transactions of a few thousand jobs each."""
     if body.ids is not None:
         ids = list(dict.fromkeys(body.ids))
     else:
         assert body.filter is not None
-        flt = _selection(body.filter.model_dump(), request)
-        ids, cursor = [], None
-        while len(ids) < BULK_MAX:
-            page = await engine.store.list_jobs(flt, cursor, 1000)
-            ids += [j.id for j in page]
-            if len(page) < 1000:
-                break
-            cursor = page[-1].id
+        ids = await _matching_ids(engine, _selection(body.filter.model_dump(), request))
     if body.dry_run:
-        return {"action": body.action, "matched": len(ids), "changed": 0, "errors": [], "error_count": 0,
-                "dry_run": True}  # fmt: skip
+        return JSON({"action": body.action, "matched": len(ids), "changed": 0, "errors": [], "error_count": 0,
+                     "dry_run": True})  # fmt: skip
     p = principal_of(request)
 
     def check(job: Job) -> None:
@@ -139,17 +172,18 @@ async def bulk_action(body: BulkAction, engine: EngineDep, request: Request) -> 
 
     out = await engine.bulk(body.action, ids, body.priority, None if p.sees_everything else check)
     errors = [{"id": i, "error": r.code, "message": r.message} for i, r in out.items() if isinstance(r, JobDeckError)]
-    return {"action": body.action, "matched": len(ids), "changed": len(ids) - len(errors), "errors": errors[:100],
-            "error_count": len(errors)}  # fmt: skip
+    return JSON({"action": body.action, "matched": len(ids), "changed": len(ids) - len(errors),
+                 "errors": errors[:100], "error_count": len(errors)})  # fmt: skip
 
 
-@router.get("/jobs/{job_id}", summary="Get a job")
-async def get_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return view(await engine.store.get_job(job_id), engine)
+@router.get("/jobs/{job_id:id}", summary="Get a job", response_model=JobView)
+async def get_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
+    return JSON(view(await engine.store.get_job(job_id), engine))
 
 
-@router.get("/jobs/{job_id}/output", summary="The output tail of a job's latest attempt (live while it runs)")
-async def get_output(job_id: int, engine: EngineDep) -> dict[str, Any]:
+@router.get("/jobs/{job_id:id}/output", summary="The output tail of a job's latest attempt (live while it runs)",
+            response_model=JobOutput)  # fmt: skip
+async def get_output(job_id: JobIdPath, engine: EngineDep) -> JSON:
     job = await engine.store.get_job(job_id)
     live = engine.hub.live_output.get((job.id, job.attempt)) if job.state == "running" else None
     if live is not None:
@@ -158,42 +192,47 @@ async def get_output(job_id: int, engine: EngineDep) -> dict[str, Any]:
         attempts = await engine.store.list_attempts(job_id)
         text = (attempts[-1].get("output") or "") if attempts else ""
     limit = engine.settings.output_tail_bytes
-    return {"job_id": job.id, "attempt": job.attempt, "state": job.state, "running": job.state == "running",
-            "output": text, "limit_bytes": limit}  # fmt: skip
+    return JSON({"job_id": job.id, "attempt": job.attempt, "state": job.state, "running": job.state == "running",
+                 "output": text, "limit_bytes": limit})  # fmt: skip
 
 
-@router.get("/jobs/{job_id}/attempts", summary="A job's attempts with their output")
-async def get_attempts(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return {"job_id": job_id, "attempts": await engine.store.list_attempts(job_id)}
+@router.get("/jobs/{job_id:id}/attempts", summary="A job's attempts with their output", response_model=AttemptList)
+async def get_attempts(job_id: JobIdPath, engine: EngineDep) -> JSON:
+    return JSON({"job_id": job_id, "attempts": await engine.store.list_attempts(job_id)})
 
 
-@router.get("/jobs/{job_id}/events", summary="A job's events, oldest first")
-async def get_job_events(job_id: int, engine: EngineDep, limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> JSON:
+@router.get("/jobs/{job_id:id}/events", summary="A job's events, oldest first", response_model=EventPage)
+async def get_job_events(
+    job_id: JobIdPath, engine: EngineDep, limit: Annotated[int, Query(ge=1, le=10_000)] = 1000
+) -> JSON:
     await engine.store.get_job(job_id)
-    events = await engine.store.events_since(0, limit, EventFilter(job_ids=frozenset({job_id})))
+    events = await engine.store.events_since(0, limit, EventFilter(job_ids=frozenset({job_id: id})))
     return JSON(b'{"events":[' + b",".join(e.body for e in events) + b"]}")
 
 
-@router.post("/jobs/{job_id}/cancel", summary="Cancel a job (a running one is stopped first)")
-async def cancel_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return view(await engine.cancel(job_id), engine)
+@router.post("/jobs/{job_id:id}/cancel", summary="Cancel a job (a running one is stopped first)", response_model=JobView,
+             responses=errors(409))  # fmt: skip
+async def cancel_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
+    return JSON(view(await engine.cancel(job_id), engine))
 
 
-@router.post("/jobs/{job_id}/pause", summary="Pause a waiting job")
-async def pause_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return view(await engine.pause(job_id), engine)
+@router.post("/jobs/{job_id:id}/pause", summary="Pause a waiting job", response_model=JobView, responses=errors(409))
+async def pause_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
+    return JSON(view(await engine.pause(job_id), engine))
 
 
-@router.post("/jobs/{job_id}/resume", summary="Resume a paused job")
-async def resume_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return view(await engine.resume(job_id), engine)
+@router.post("/jobs/{job_id:id}/resume", summary="Resume a paused job", response_model=JobView, responses=errors(409))
+async def resume_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
+    return JSON(view(await engine.resume(job_id), engine))
 
 
-@router.post("/jobs/{job_id}/retry", summary="Run a finished job again; replays a dead one")
-async def retry_job(job_id: int, engine: EngineDep) -> dict[str, Any]:
-    return view(await engine.retry(job_id), engine)
+@router.post("/jobs/{job_id:id}/retry", summary="Run a finished job again; replays a dead one", response_model=JobView,
+             responses=errors(409))  # fmt: skip
+async def retry_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
+    return JSON(view(await engine.retry(job_id), engine))
 
 
-@router.post("/jobs/{job_id}/priority", summary="Set the priority of a waiting job")
-async def set_priority(job_id: int, body: PriorityChange, engine: EngineDep) -> dict[str, Any]:
-    return view(await engine.set_priority(job_id, body.priority), engine)
+@router.post("/jobs/{job_id:id}/priority", summary="Set the priority of a waiting job", response_model=JobView,
+             responses=errors(409))  # fmt: skip
+async def set_priority(job_id: JobIdPath, body: PriorityChange, engine: EngineDep) -> JSON:
+    return JSON(view(await engine.set_priority(job_id, body.priority), engine))

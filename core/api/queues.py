@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 
 from core.api.access import principal_of
+from core.api.app import JSON
 from core.api.deps import Route, get_engine
+from core.api.fields import QueuePath
+from core.api.responses import QueueList, QueueSettings
 from core.api.schemas import ConcurrencyChange
 from core.engine import Engine
 
@@ -15,22 +18,23 @@ router = APIRouter(prefix="/v1", tags=["queues"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
-@router.get("/queues", summary="Queues with depth and running counts")
-async def list_queues(engine: EngineDep, request: Request) -> dict[str, Any]:
+@router.get("/queues", summary="Queues with depth and running counts", response_model=QueueList)
+async def list_queues(engine: EngineDep, request: Request) -> JSON:
     p = principal_of(request)
-    return {"queues": [q for q in await engine.store.list_queues() if p.sees(q["name"])]}
+    return JSON({"queues": [q for q in await engine.store.list_queues() if p.sees(q["name"])]})
 
 
-@router.post("/queues/{name}/pause", summary="Stop starting jobs from a queue")
-async def pause_queue(name: str, engine: EngineDep) -> dict[str, Any]:
-    return await engine.update_queue(name, paused=True)
+@router.post("/queues/{name}/pause", summary="Stop starting jobs from a queue", response_model=QueueSettings)
+async def pause_queue(name: QueuePath, engine: EngineDep) -> JSON:
+    return JSON(await engine.update_queue(name, paused=True))
 
 
-@router.post("/queues/{name}/resume", summary="Start jobs from a queue again")
-async def resume_queue(name: str, engine: EngineDep) -> dict[str, Any]:
-    return await engine.update_queue(name, paused=False)
+@router.post("/queues/{name}/resume", summary="Start jobs from a queue again", response_model=QueueSettings)
+async def resume_queue(name: QueuePath, engine: EngineDep) -> JSON:
+    return JSON(await engine.update_queue(name, paused=False))
 
 
-@router.put("/queues/{name}/concurrency", summary="Limit how many jobs of a queue run at once")
-async def set_concurrency(name: str, body: ConcurrencyChange, engine: EngineDep) -> dict[str, Any]:
-    return await engine.update_queue(name, concurrency=body.concurrency)
+@router.put("/queues/{name}/concurrency", summary="Limit how many jobs of a queue run at once",
+            response_model=QueueSettings)  # fmt: skip
+async def set_concurrency(name: QueuePath, body: ConcurrencyChange, engine: EngineDep) -> JSON:
+    return JSON(await engine.update_queue(name, concurrency=body.concurrency))

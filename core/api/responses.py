@@ -1,0 +1,353 @@
+"""What the API answers, as pydantic models: they write the OpenAPI document's response schemas.
+
+Routes name their model with `response_model=` but answer with `JSON(...)` (orjson) themselves, so
+no response is validated on the hot path; the schemathesis fuzz (tests/api/test_fuzz.py) checks
+every answer against these models instead. `extra="forbid"`: a field the server sends must be listed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.api.fields import ErrorBody
+from core.api.schemas import Backoff, JobTemplate, Task
+from core.model import ALL_STATES
+
+JobStateName = Literal[tuple(s.value for s in ALL_STATES)]  # type: ignore[valid-type]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobView(_Out):
+    """A job as the API shows it."""
+
+    id: int
+    name: str
+    queue: str
+    state: JobStateName  # type: ignore[valid-type]
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    timeout: float | None
+    backoff: Backoff
+    task: Task
+    tags: list[str]
+    idempotency_key: str | None
+    schedule_id: int | None
+    fire_time: datetime | None
+    agent: str | None
+    lease_expires_at: datetime | None
+    cancel_requested: bool
+    labels: dict[str, str]
+    paused_from: str | None
+    last_error: str | None
+    result: Any = Field(description="what the task returned (python tasks), else null")
+    waiting_for: str | None = Field(description="why a queued job is not running, when no agent can take it")
+    deduplicated: bool = Field(False, description="true when the idempotency key was used before: this is that job")
+
+
+class JobPage(_Out):
+    """One page of the job list, in the order asked for."""
+
+    jobs: list[JobView]
+    next_cursor: int | str | None = Field(
+        description="pass as `cursor` for the next page (an id in id order, else 'value:id'); null on the last page"
+    )
+    sort: Literal["id", "created", "priority", "state", "queue", "duration"]
+    order: Literal["asc", "desc"]
+    total: int | None = Field(None, description="with count=true: how many jobs match")
+    total_exact: bool | None = Field(None, description="with count=true: whether `total` was counted or estimated")
+
+
+class BatchCreated(_Out):
+    """The ids of a batch, in the order sent (an idempotency key used before gives the earlier job's id)."""
+
+    ids: list[int]
+    created: int = Field(description="how many of them are new")
+
+
+class BulkRefusal(_Out):
+    """One job the bulk action did not change, and why."""
+
+    id: int
+    error: str
+    message: str
+
+
+class BulkResult(_Out):
+    """What a bulk action did: every job matched is changed or refused alone."""
+
+    action: str
+    matched: int = Field(description="how many jobs the ids or the filter selected (all of them, however many)")
+    changed: int
+    errors: list[BulkRefusal] = Field(description="the first 100 refusals")
+    error_count: int
+    dry_run: bool = False
+
+
+class JobOutput(_Out):
+    """The output tail of a job's latest attempt."""
+
+    job_id: int
+    attempt: int
+    state: JobStateName  # type: ignore[valid-type]
+    running: bool
+    output: str
+    limit_bytes: int
+
+
+class Attempt(_Out):
+    """One attempt of a job. Times are Unix seconds."""
+
+    attempt: int
+    agent: str | None
+    claimed_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    outcome: str | None
+    error: str | None
+    exit_code: int | None
+    output: str | None
+    result: Any
+
+
+class AttemptList(_Out):
+    """A job's attempts, oldest first."""
+
+    job_id: int
+    attempts: list[Attempt]
+
+
+class Event(_Out):
+    """A committed change: `seq` only grows; `data` depends on `type` (job events carry the job's summary)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    seq: int | None
+    ts: datetime
+    type: str = Field(description="job.queued, job.running, job.succeeded, ..., queue.paused, schedule.created, ...")
+    job_id: int | None
+    queue: str | None
+    data: dict[str, Any]
+
+
+class EventPage(_Out):
+    """Stored events, oldest first."""
+
+    events: list[Event]
+
+
+class QueueView(_Out):
+    """A queue: its settings and how many of its jobs wait and run."""
+
+    name: str
+    paused: bool
+    concurrency: int | None
+    depth: int = Field(description="queued jobs")
+    running: int
+    scheduled: int = Field(description="jobs waiting for their time (scheduled, or failed and retrying)")
+    counts: dict[str, int] = Field(description="jobs by state")
+
+
+class QueueList(_Out):
+    """Every queue the caller sees."""
+
+    queues: list[QueueView]
+
+
+class QueueSettings(_Out):
+    """A queue's settings after a change."""
+
+    name: str
+    paused: bool
+    concurrency: int | None
+
+
+class ScheduleView(_Out):
+    """A schedule as the API shows it."""
+
+    id: int
+    name: str
+    kind: Literal["cron", "interval", "once"]
+    cron: str | None
+    interval: float | None
+    at: datetime | None
+    timezone: str
+    job: JobTemplate
+    paused: bool
+    next_fire_at: datetime | None = Field(description="null when paused, or when a one-time schedule has fired")
+    last_fire_at: datetime | None
+    fired: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class ScheduleList(_Out):
+    """Every schedule the caller sees."""
+
+    schedules: list[ScheduleView]
+
+
+class FireTime(_Out):
+    """One fire time, in the schedule's zone and in UTC."""
+
+    local: str
+    utc: datetime
+
+
+class TimingPreviewResult(_Out):
+    """The next fire times of a timing not yet saved."""
+
+    timezone: str
+    fire_times: list[FireTime]
+
+
+class SchedulePreview(_Out):
+    """The next fire times of a schedule."""
+
+    schedule_id: int
+    timezone: str
+    fire_times: list[FireTime]
+
+
+class Health(_Out):
+    """The node is up."""
+
+    status: Literal["ok"]
+    schema_version: int | None
+    last_seq: int
+    agents: int
+
+
+class AgentView(_Out):
+    """A connected agent (of this node or, as they last announced it, of another)."""
+
+    name: str
+    host: str
+    pid: int | None
+    version: str
+    queues: list[str] = Field(description='["*"] for every queue')
+    labels: dict[str, str]
+    slots: int
+    slots_used: int
+    slots_free: int
+    running: list[int] = Field(description="ids of the jobs it runs")
+    draining: bool
+    heartbeat_age: float = Field(description="seconds since its last message")
+    connected_at: float = Field(description="Unix seconds")
+    node: str | None = Field(None, description="the node it is connected to")
+
+
+class AgentList(_Out):
+    """Connected agents."""
+
+    agents: list[AgentView]
+
+
+class LastMinute(_Out):
+    """Jobs that finished over the last minute, by outcome."""
+
+    succeeded: int
+    failed: int
+    dead: int
+    cancelled: int
+
+
+class Stats(_Out):
+    """Counts by state and queue; finished jobs per second over the last minute."""
+
+    by_state: dict[str, int]
+    by_queue: dict[str, dict[str, int]]
+    last_minute: LastMinute
+    jobs_per_second: float
+    relays: dict[str, dict[str, Any]] = Field(description="each outbox relay (kafka ...): how far behind it is")
+
+
+class StatsHistory(_Out):
+    """Finished jobs per bucket by outcome, every bucket present (zeros included)."""
+
+    range: Literal["15m", "1h", "24h"]
+    bucket_seconds: int
+    buckets: list[datetime] = Field(description="the start of each bucket")
+    outcomes: dict[str, list[int]] = Field(description="succeeded, failed, dead, cancelled: a count per bucket")
+    success_percent: list[float | None] = Field(description="per bucket; null when nothing finished")
+
+
+class Me(_Out):
+    """The caller: role, teams, queues and the actions its role allows."""
+
+    subject: str
+    name: str
+    role: str
+    teams: list[str]
+    queues: list[str]
+    auth: str = Field(description="how it signed in: none, token, oidc, session")
+    allowed: list[str]
+
+
+class AuthConfig(_Out):
+    """How to sign in to this server; the OIDC fields only with `auth = oidc`."""
+
+    auth: Literal["none", "token", "oidc"]
+    issuer: str | None = None
+    audience: str | None = None
+    cli_client_id: str | None = None
+    scopes: str | None = None
+    authorization_endpoint: str | None = None
+    token_endpoint: str | None = None
+    device_authorization_endpoint: str | None = None
+    web_login: bool | None = None
+
+
+class TicketExchange(_Out):
+    """A session token for the web UI's backend."""
+
+    token: str
+    expires_at: float = Field(description="Unix seconds")
+    user: Me
+
+
+class SignedOut(_Out):
+    """The browser session cookie is cleared."""
+
+    signed_out: Literal[True]
+    end_session_endpoint: str | None = Field(None, description="the IdP's logout page, to end its session too")
+
+
+class AuditEntry(_Out):
+    """Who did what, when and from where, with the target's state before and after."""
+
+    id: int
+    at: datetime
+    actor: str
+    subject: str
+    role: str
+    via: str
+    ip: str | None
+    user_agent: str | None
+    action: str
+    target: str | None
+    outcome: str = Field(description="ok, refused or failed")
+    message: str | None
+    before: Any
+    after: Any
+
+
+class AuditPage(_Out):
+    """One page of the audit log, newest first."""
+
+    entries: list[AuditEntry]
+    next_cursor: int | None
+
+
+__all__ = ["ErrorBody"]

@@ -1,0 +1,219 @@
+"""The messages of the two WebSockets, as pydantic models: they check what a remote peer sends
+and write the JSON schemas the OpenAPI document links (see core/api/openapi.py).
+
+`/v1/events`: the server sends events (the REST Event) and `stream.*` control messages; the client
+may send a filter change. `/v1/agents`: the agent protocol of core/protocol.py. Agent messages
+allow extra fields, so a newer agent's additions do not break an older core; the fields listed
+are checked, so a malformed message is answered with an error instead of breaking the session.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+
+from core.api.fields import ID_MAX, Int, Labels, whole
+
+WsId = Annotated[int, Field(ge=0, le=ID_MAX, strict=True), BeforeValidator(whole)]
+Attempt = Annotated[int, Field(ge=0, le=2**31 - 1, strict=True), BeforeValidator(whole)]
+Pair = tuple[WsId, Attempt]
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ---------------------------------------------------------------- /v1/events
+
+
+class FeedFilter(BaseModel):
+    """What the subscriber wants from now on (each list empty or absent: everything)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    queues: list[str] = Field(default_factory=list, max_length=1000)
+    job_ids: list[WsId] = Field(default_factory=list, max_length=10_000)
+    types: list[str] = Field(default_factory=list, max_length=1000)
+
+
+class FeedFilterMessage(BaseModel):
+    """client -> server: change the filter of this subscription."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    filter: FeedFilter
+
+
+class StreamControl(BaseModel):
+    """server -> client: `stream.caught_up` (last_seq: history sent, live from here), `stream.gap`
+    (events between `since` and `oldest` were pruned), `stream.error` (error, status, message: the
+    subscription was refused, or a message of the client was not understood)."""
+
+    type: Literal["stream.caught_up", "stream.gap", "stream.error"]
+    seq: None = None
+    last_seq: int | None = None
+    since: int | None = None
+    oldest: int | None = None
+    error: str | None = None
+    status: int | None = None
+    message: str | None = None
+
+
+# ---------------------------------------------------------------- /v1/agents, agent -> core
+
+
+class Register(_Msg):
+    """The first message: who the agent is and what it takes."""
+
+    type: Literal["register"]
+    protocol: int
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+    instance: str = ""
+    host: str = ""
+    pid: int | None = None
+    version: str = ""
+    queues: list[str] = Field(default_factory=list)
+    slots: Int = Field(ge=0, le=1_000_000)
+    labels: Labels = Field(default_factory=dict)
+    running: list[Pair] = Field(default_factory=list, description="[job_id, attempt] it still runs")
+
+
+class Heartbeat(_Msg):
+    """Still alive, still running these [job_id, attempt] pairs (their leases are extended)."""
+
+    type: Literal["heartbeat"]
+    running: list[Pair] = Field(default_factory=list)
+
+
+class Output(_Msg):
+    """Live output: [job_id, attempt, text] chunks."""
+
+    type: Literal["output"]
+    chunks: list[tuple[WsId, Attempt, str]]
+
+
+class RunResultMessage(_Msg):
+    """How one attempt ended."""
+
+    job_id: WsId
+    attempt: Attempt
+    outcome: str = Field(description="succeeded, failed, cancelled, timeout or lost")
+    error: str | None = None
+    output: str = ""
+    exit_code: int | None = None
+    result: Any = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    retryable: bool = True
+
+
+class Result(_Msg):
+    """Finished attempts, in a batch."""
+
+    type: Literal["result"]
+    results: list[RunResultMessage]
+
+
+class HandBack(_Msg):
+    """[job_id, attempt] pairs it was given but did not start (draining)."""
+
+    type: Literal["hand_back"]
+    jobs: list[Pair]
+
+
+class Draining(_Msg):
+    """It takes no new work."""
+
+    type: Literal["draining"]
+
+
+AgentMessage = Annotated[Register | Heartbeat | Output | Result | HandBack | Draining, Field(discriminator="type")]
+_AGENT_MESSAGE: TypeAdapter[Any] = TypeAdapter(AgentMessage)
+KNOWN_AGENT_TYPES = frozenset({"register", "heartbeat", "output", "result", "hand_back", "draining"})
+
+
+def agent_message_problem(msg: Any) -> str | None:
+    """Why `msg` is not a well-formed agent message (None when it is, or is of a type this core does not know)."""
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        return 'every message must be a JSON object with a "type"'
+    if msg["type"] not in KNOWN_AGENT_TYPES:
+        return None  # the session logs and skips it: a newer agent may know more
+    try:
+        _AGENT_MESSAGE.validate_python(msg)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "message"
+        return f"{msg['type']} message: {where}: {first['msg']}"
+    return None
+
+
+# ---------------------------------------------------------------- /v1/agents, core -> agent
+
+
+class Welcome(BaseModel):
+    """The registration is accepted."""
+
+    type: Literal["welcome"]
+    protocol: int
+    lease_seconds: float
+
+
+class Assignment(BaseModel):
+    """One attempt of a job to run."""
+
+    job_id: int
+    attempt: int
+    name: str
+    queue: str
+    task: dict[str, Any]
+    timeout: float | None
+    run_at: float
+
+
+class Assign(BaseModel):
+    """Jobs to run now."""
+
+    type: Literal["assign"]
+    jobs: list[Assignment]
+
+
+class Cancel(BaseModel):
+    """Stop this attempt (cancelled, or its lease was lost)."""
+
+    type: Literal["cancel"]
+    job_id: int
+    attempt: int
+
+
+class Drain(BaseModel):
+    """Take no new work; finish what runs."""
+
+    type: Literal["drain"]
+
+
+class AgentError(BaseModel):
+    """The registration was refused, or a message was malformed: the core closes the socket."""
+
+    type: Literal["error"]
+    message: str
+
+
+WS_SCHEMAS: dict[str, type[BaseModel]] = {
+    m.__name__: m
+    for m in (
+        FeedFilterMessage,
+        StreamControl,
+        Register,
+        Heartbeat,
+        Output,
+        Result,
+        HandBack,
+        Draining,
+        Welcome,
+        Assign,
+        Cancel,
+        Drain,
+        AgentError,
+    )
+}
