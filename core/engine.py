@@ -35,7 +35,7 @@ from core.model import (
     utcnow,
 )
 from core.protocol import Channel, ChannelClosed
-from core.schedule import Schedule, next_fire_times
+from core.schedule import ONCE_SLACK_SECONDS, Schedule, next_fire_times
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
 
 log = logging.getLogger("jobdeck.engine")
@@ -214,7 +214,10 @@ class Engine:
     # ------------------------------------------------------------ schedules
 
     def _first_fire(self, s: Schedule, now: float) -> float | None:
-        times = next_fire_times(s, now - 1e-6 if s.kind == "once" else now, 1)
+        if s.kind == "once":  # once, at `at`, even a moment late ("delay": 0 was computed before this `now`)
+            done = s.at is None or (s.last_fire_at is not None and s.last_fire_at >= s.at)
+            return None if done or s.at < now - ONCE_SLACK_SECONDS else s.at  # type: ignore[operator]
+        times = next_fire_times(s, now, 1)
         return times[0] if times else None
 
     async def create_schedule(self, s: Schedule) -> Schedule:

@@ -13,6 +13,8 @@ from core.errors import InvalidSchedule
 from core.model import iso
 
 KINDS = ("cron", "interval", "once")
+#: A one-time schedule still fires when its `at` is this late when saved (the API refuses later ones).
+ONCE_SLACK_SECONDS = 1.0
 
 
 @dataclass(slots=True)

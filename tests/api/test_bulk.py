@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tests.conftest import RunningNode
+from pathlib import Path
+
+from core.client import JobDeckClient
+from tests.conftest import RunningNode, node_settings, start_node, stop_node
 
 LATER = {"task": {"kind": "python", "function": "agents.builtin:noop"}, "delay": 3600}
 
@@ -47,3 +50,25 @@ async def test_a_bulk_request_must_say_which_jobs(running: RunningNode) -> None:
         ):
             resp = await http.post("/v1/jobs/bulk", json=body)
             assert resp.status_code == 422 and words in resp.json()["message"], (body, resp.text)
+
+
+async def test_bulk_by_filter_takes_every_match_past_100000(tmp_path: Path) -> None:
+    """It stopped at 100,000 and said matched: 100000. Now every match, in chunked transactions."""
+    node, url, task = await start_node(node_settings(tmp_path), local_agent=False)
+    try:
+        n = 100_003
+        spec = {**LATER, "queue": "bulk-big"}
+        for i in range(0, n, 10_000):  # the store's batch insert: seconds, not minutes of HTTP
+            await node.engine.submit([spec] * min(10_000, n - i))
+        await node.engine.submit([{**LATER, "queue": "bulk-other"}] * 3)
+        async with JobDeckClient(url) as c:
+            preview = await c.bulk("priority", filter={"queue": "bulk-big"}, priority=9, dry_run=True)
+            assert preview["matched"] == n, f"expected matched {n}, got {preview['matched']}"
+            done = await c.bulk("priority", filter={"queue": "bulk-big"}, priority=9)
+            assert (done["matched"], done["changed"], done["error_count"]) == (n, n, 0), done
+            oldest = (await c.list_jobs(queue="bulk-big", cursor=2, limit=1))["jobs"]
+            assert oldest and oldest[0]["id"] == 1 and oldest[0]["priority"] == 9, oldest  # the first one too
+            others = (await c.list_jobs(queue="bulk-other"))["jobs"]
+            assert {j["priority"] for j in others} == {0}, "jobs outside the filter are untouched"
+    finally:
+        await stop_node(node, task)

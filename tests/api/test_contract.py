@@ -12,7 +12,8 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from tests.conftest import RunningNode
+from core.schedule import ONCE_SLACK_SECONDS
+from tests.conftest import RunningNode, until
 
 NOOP = {"kind": "python", "function": "agents.builtin:noop"}
 LATER = {"task": NOOP, "delay": 3600}  # stays `scheduled` for the whole test
@@ -104,6 +105,43 @@ async def test_an_unknown_time_zone_is_422(http: httpx.AsyncClient) -> None:
 async def test_two_timings_for_one_schedule_are_422(http: httpx.AsyncClient) -> None:
     body = error_body(await http.post("/v1/schedules", json=schedule_spec(cron="0 9 * * *", interval=60)), 422)
     assert "cron" in body["message"] and "interval" in body["message"], body
+
+
+async def test_a_one_time_schedule_in_the_past_is_422_saying_why(http: httpx.AsyncClient) -> None:
+    """It was accepted (201), never fired and said nothing."""
+    past = (datetime.now(ZoneInfo("UTC")) - timedelta(minutes=1)).isoformat()
+    body = error_body(await http.post("/v1/schedules", json=schedule_spec(at=past)), 422)
+    assert body["field"] == "at" and "in the past" in body["message"] and "'delay': 0" in body["message"], body
+    assert (await http.get("/v1/schedules")).json()["schedules"] == [], "nothing was stored"
+    later = (datetime.now(ZoneInfo("UTC")) + timedelta(hours=1)).isoformat()
+    made = await http.post("/v1/schedules", json=schedule_spec(at=later))
+    assert made.status_code == 201, made.text
+    moved = await http.patch(f"/v1/schedules/{made.json()['id']}", json={"at": past})
+    assert error_body(moved, 422)["field"] == "at", moved.text
+
+
+async def test_a_one_time_schedule_with_delay_0_fires_now(running: RunningNode, http: httpx.AsyncClient) -> None:
+    made = (await http.post("/v1/schedules", json=schedule_spec(delay=0))).json()
+    jobs = await poll(lambda: http.get("/v1/jobs", params={"schedule_id": made["id"]}), lambda r: r.json()["jobs"],
+                      what="the one-time schedule's job")  # fmt: skip
+    assert len(jobs.json()["jobs"]) == 1
+
+
+async def test_resuming_a_one_time_schedule_whose_time_passed_is_409(
+    running: RunningNode, http: httpx.AsyncClient
+) -> None:
+    soon = (datetime.now(ZoneInfo("UTC")) + timedelta(seconds=1)).isoformat()
+    made = (await http.post("/v1/schedules", json=schedule_spec(at=soon, paused=True))).json()
+    await until(lambda: running.engine.clock() > made_at(made) + ONCE_SLACK_SECONDS + 0.1, what="its time to pass")
+    for resp in (await http.post(f"/v1/schedules/{made['id']}/resume"),
+                 await http.patch(f"/v1/schedules/{made['id']}", json={"paused": False})):  # fmt: skip
+        body = error_body(resp, 409)
+        assert "passed while it was paused" in body["message"], body
+    assert (await http.get(f"/v1/schedules/{made['id']}")).json()["paused"] is True
+
+
+def made_at(schedule: dict[str, Any]) -> float:
+    return datetime.fromisoformat(schedule["at"]).timestamp()
 
 
 @pytest.mark.parametrize("priority", [1001, -1001, 5000])
