@@ -1,0 +1,84 @@
+"""schemathesis hooks for tests/api/test_fuzz.py: the rules of the API that JSON Schema cannot say.
+
+Each is written in the OpenAPI document's descriptions; here the fuzzer learns them for its
+schema-valid (positive) cases, so a "schema-valid request rejected" failure means the document and
+the server really disagree. Negative cases are left alone. Everything else (exactly-one-of rules,
+id ranges, NUL, JSON depth, states) is in the schema itself.
+- `format: cron` is a cron expression (the server parses it with croniter; the coverage phase
+  ignores formats, so a positive case's invalid cron is replaced too);
+- a time is within the years 1-9999 once converted to UTC (an offset can push 0001-01-01 out);
+- a one-time schedule's `at` is a time to come (the past would never fire: 422).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import schemathesis
+from hypothesis import strategies as st
+
+from core.errors import InvalidSchedule
+from core.schedule import validate_cron
+
+CRONS = ("* * * * *", "0 2 * * *", "*/5 * * * *", "30 9 * * 1-5", "0 0 1 * *", "15 14 1 * * 30", "@daily",
+         "@hourly", "0 3 * * 0", "5,35 * * * *")  # fmt: skip
+TIME_FIELDS = frozenset({"at", "run_at", "created_after", "created_before", "since", "until"})
+
+schemathesis.openapi.format("cron", st.sampled_from(CRONS))
+
+
+@schemathesis.hook
+def map_case(ctx: schemathesis.HookContext, case: schemathesis.Case) -> schemathesis.Case:
+    """Positive cases: times into the years JobDeck keeps, a schedule's one-time `at` into the future."""
+    meta = case.meta
+    if meta is not None and not meta.generation.mode.is_positive:
+        return case
+    schedule_write = case.path in ("/v1/schedules", "/v1/schedules/{schedule_id}") and case.method != "GET"
+    if isinstance(case.body, dict):
+        case.body = _mapped(case.body, future_at=schedule_write)
+    if isinstance(case.query, dict):
+        case.query = _mapped(case.query, future_at=False)
+    return case
+
+
+def _mapped(values: dict[str, Any], *, future_at: bool) -> dict[str, Any]:
+    out = dict(values)
+    for key, value in values.items():
+        if key == "cron" and isinstance(value, str) and not _valid_cron(value):
+            out[key] = CRONS[len(value) % len(CRONS)]
+        elif key in TIME_FIELDS and isinstance(value, str):
+            when = _parse(value)
+            if when is None:
+                continue
+            if key == "at" and future_at and when < datetime.now(UTC) + timedelta(minutes=5):
+                out[key] = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+            elif when == datetime.min.replace(tzinfo=UTC):
+                out[key] = "2001-02-03T04:05:06Z"
+        elif isinstance(value, dict) and key == "job":
+            out[key] = _mapped(value, future_at=False)
+        elif isinstance(value, list) and key == "jobs":
+            out[key] = [_mapped(v, future_at=False) if isinstance(v, dict) else v for v in value]
+    return out
+
+
+def _valid_cron(expr: str) -> bool:
+    try:
+        validate_cron(expr)
+    except InvalidSchedule:
+        return False
+    return True
+
+
+def _parse(value: str) -> datetime | None:
+    """The time in UTC; datetime.min (UTC) for one outside the years 1-9999 in UTC; None if no time."""
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)

@@ -1,0 +1,148 @@
+"""Bad input on the two WebSockets: a clear message and a clean close, never a dropped socket (1006)
+or a traceback; a bad frame on the feed is answered and the feed goes on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+import websockets
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.api.fields import ID_MAX
+from tests.conftest import RunningNode, spawn_jobdeck, until
+
+SHELL = {"kind": "shell", "command": "true"}
+
+
+def ws_url(running: RunningNode, path: str) -> str:
+    return running.url.replace("http", "ws") + path
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [(f"since={ID_MAX + 1}", "since"), ("since=" + "9" * 5000, "since"), ("since=-1", "since"), ("since=abc", "since"),
+     ("since=%D9%A1", "since"), (f"job_ids=1,{2**64}", "job_ids"), ("job_ids=x", "job_ids"),
+     ("queues=a%00b", "queues")],
+)  # fmt: skip
+async def test_a_bad_query_is_refused_with_a_reason(running: RunningNode, query: str, field: str) -> None:
+    async with asyncio.timeout(10), websockets.connect(ws_url(running, f"/v1/events?{query}")) as ws:
+        msg = orjson.loads(await ws.recv())
+        assert msg["type"] == "stream.error" and msg["status"] == 422 and msg["field"] == field, msg
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008, closed.value
+    assert field in closed.value.rcvd.reason, closed.value.rcvd.reason
+
+
+GARBAGE: list[Any] = [b"\xff\xfe", "not json", "[1, 2]", "null", '{"filter": {"job_ids": ["a"]}}',
+                      '{"filter": {"job_ids": [' + str(2**64) + "]}}", '{"filter": {"queues": "q"}}',
+                      '{"filter": {"nope": 1}}', '{"hello": 1}', "[" * 2000 + "]" * 2000]  # fmt: skip
+
+
+async def test_garbage_frames_are_answered_and_the_feed_goes_on(running: RunningNode) -> None:
+    async with asyncio.timeout(20), websockets.connect(ws_url(running, "/v1/events")) as ws:
+        assert orjson.loads(await ws.recv())["type"] == "stream.caught_up"
+        for frame in GARBAGE:
+            await ws.send(frame)
+            msg = orjson.loads(await ws.recv())
+            assert msg["type"] == "stream.error" and msg["status"] == 422, (frame[:40], msg)
+            assert "expected" in msg["message"], msg
+        await ws.send(orjson.dumps({"filter": {"queues": ["ws-after"]}}).decode())
+        job = await running.client.submit({"task": SHELL, "queue": "ws-after"})
+        event = orjson.loads(await ws.recv())
+        assert event["job_id"] == job["id"] and event["type"] == "job.created", event
+
+
+@pytest.fixture(scope="module")
+def feed_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One `jobdeck server` for every hypothesis example (a node per example would be slow)."""
+    sp = spawn_jobdeck(tmp_path_factory.mktemp("ws") / "data", "server")
+    try:
+        yield sp.url.replace("http", "ws") + "/v1/events"
+    finally:
+        sp.proc.terminate()
+        sp.proc.wait(15)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    frame=st.binary(max_size=200)
+    | st.text(max_size=200)
+    | json_values.map(lambda v: orjson.dumps({"filter": v}).decode())
+)
+def test_any_frame_gets_an_answer_or_becomes_the_filter(feed_url: str, frame: Any) -> None:
+    asyncio.run(_one_frame(feed_url, frame))
+
+
+async def _one_frame(url: str, frame: Any) -> None:
+    async with asyncio.timeout(10), websockets.connect(url) as ws:
+        assert orjson.loads(await ws.recv())["type"] == "stream.caught_up"
+        await ws.send(frame)
+        await ws.send('{"filter": {}}')  # a good one after it: the feed must still read frames
+        await ws.send("?")
+        replies = [orjson.loads(await ws.recv()) for _ in range(1 if _is_filter(frame) else 2)]
+        assert all(r["type"] == "stream.error" for r in replies), (frame, replies)
+
+
+def _is_filter(frame: Any) -> bool:
+    from core.api.ws_messages import FeedFilterMessage
+
+    try:
+        FeedFilterMessage.model_validate_json(frame)
+    except ValueError:
+        return False
+    return True
+
+
+async def _register(ws: Any, **fields: Any) -> dict[str, Any]:
+    hello = {"type": "register", "protocol": 1, "name": "ws-test", "instance": "i", "slots": 1, "queues": ["wsq"]}
+    await ws.send(orjson.dumps({**hello, **fields}))
+    return dict(orjson.loads(await ws.recv()))
+
+
+@pytest.mark.parametrize(
+    "first",
+    [b"not json", b"[]", b'{"no": "type"}', b'{"type": "register", "protocol": 1, "name": "x", "slots": "5"}',
+     b'{"type": "register", "protocol": 1, "name": "x\\u0000", "slots": 1}',
+     b'{"type": "register", "protocol": 1, "name": "x", "slots": 1, "running": [["a", 1]]}'],
+)  # fmt: skip
+async def test_an_agent_that_sends_garbage_is_told_and_closed(running: RunningNode, first: bytes) -> None:
+    async with asyncio.timeout(10), websockets.connect(ws_url(running, "/v1/agents")) as ws:
+        await ws.send(first)
+        msg = orjson.loads(await ws.recv())
+        assert msg["type"] == "error" and msg["message"], msg
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code in (1000, 1007), closed.value
+    assert (await running.client.health())["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "later",
+    [b"{]", b'{"type": "result", "results": [{"job_id": "1", "attempt": 1, "outcome": "succeeded"}]}',
+     b'{"type": "heartbeat", "running": [[1]]}', b'{"type": "output", "chunks": [[1, 1]]}',
+     b'{"type": "hand_back", "jobs": "all"}', b'{"type": "result"}'],
+)  # fmt: skip
+async def test_a_registered_agent_that_sends_garbage_is_dropped_cleanly(running: RunningNode, later: bytes) -> None:
+    async with asyncio.timeout(10), websockets.connect(ws_url(running, "/v1/agents")) as ws:
+        assert (await _register(ws))["type"] == "welcome"
+        await ws.send(later)
+        msg = orjson.loads(await ws.recv())
+        assert msg["type"] == "error", msg
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007, closed.value
+    await until(lambda: "ws-test" not in running.engine.hub.sessions, what="the agent's session to end")
+    assert (await running.client.health())["status"] == "ok"
