@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
 from core.api.app import JSON
 from core.api.deps import Route, get_engine
+from core.api.responses import Alive, NotReady, Ready
 from core.bus.redis import RedisBus
 from core.engine import Engine
 from core.store import schema
@@ -27,12 +28,14 @@ STORE_TIMEOUT = 2.0  # seconds: a probe that waits longer than the platform's ti
 STARTED = time.monotonic()
 
 
-@router.get("/livez", summary="The process is alive (for a liveness probe: no store or bus call)")
-async def livez() -> dict[str, Any]:
-    return {"status": "alive", "uptime_seconds": round(time.monotonic() - STARTED, 1)}
+@router.get("/livez", summary="The process is alive (for a liveness probe: no store or bus call)",
+            response_model=Alive)  # fmt: skip
+async def livez() -> JSON:
+    return JSON({"status": "alive", "uptime_seconds": round(time.monotonic() - STARTED, 1)})
 
 
-@router.get("/readyz", summary="The node can serve: its store answers and its schema is migrated (else 503)")
+@router.get("/readyz", summary="The node can serve: its store answers and its schema is migrated (else 503)",
+            response_model=Ready, responses={503: {"model": NotReady, "description": "not ready: the checks say why"}})  # fmt: skip
 async def readyz(engine: EngineDep) -> JSON:
     checks: dict[str, str] = {}
     ready = True

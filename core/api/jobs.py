@@ -76,8 +76,9 @@ async def list_jobs(
     schedule_id: Annotated[int | None, Query(ge=1, le=ID_MAX)] = None,
     sort: Annotated[SortName, Query(description=SORT_HELP)] = "id",
     order: Literal["asc", "desc"] = "desc",
-    cursor: Annotated[str | None, Query(max_length=300, pattern=NO_NUL,
-                                        description="next_cursor of the previous page")] = None,  # fmt: skip
+    cursor: Annotated[
+        str | None, Query(max_length=300, pattern=NO_NUL, description="next_cursor of the previous page")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     count: Annotated[bool, Query(description="also return `total`: how many jobs match")] = False,
 ) -> JSON:

@@ -224,9 +224,31 @@ class Health(_Out):
     """The node is up."""
 
     status: Literal["ok"]
+    version: str
     schema_version: int | None
     last_seq: int
     agents: int
+
+
+class Alive(_Out):
+    """The process answers."""
+
+    status: Literal["alive"]
+    uptime_seconds: float
+
+
+class Ready(_Out):
+    """The node can serve: what each check found."""
+
+    status: Literal["ready"]
+    checks: dict[str, str] = Field(description="store, schema and bus, each in words")
+
+
+class NotReady(ErrorBody):
+    """The node cannot serve yet (503): the error body, with the checks."""
+
+    status: Literal["not ready"]
+    checks: dict[str, str]
 
 
 class AgentView(_Out):
