@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 
 from agents.handlers.base import Outcome, RunContext
+from agents.secrets import SecretNotFound
 
 EXCERPT = 2048
 DEFAULT_TIMEOUT = 60.0
@@ -23,7 +24,11 @@ def _shared_client() -> httpx.AsyncClient:
 
 async def run_http(task: dict[str, Any], ctx: RunContext) -> Outcome:
     """Send the request; keep the status and an excerpt of the body."""
-    kwargs: dict[str, Any] = {"headers": task.get("headers") or {}}
+    try:
+        headers = ctx.resolve_env(task.get("headers"))  # {"secret": name} values come from the agent
+    except SecretNotFound as exc:
+        return Outcome(False, str(exc), retryable=False)
+    kwargs: dict[str, Any] = {"headers": headers}
     body = task.get("body")
     if isinstance(body, (dict, list)):
         kwargs["json"] = body
@@ -32,10 +37,10 @@ async def run_http(task: dict[str, Any], ctx: RunContext) -> Outcome:
     try:
         resp = await _shared_client().request(task.get("method", "GET"), task["url"], **kwargs)
     except httpx.HTTPError as exc:
-        return Outcome(False, f"{type(exc).__name__}: {exc or 'request failed'} ({task['url']})")
+        return Outcome(False, ctx.redact(f"{type(exc).__name__}: {exc or 'request failed'} ({task['url']})"))
     text = resp.text
     ctx.write(text.encode())
-    result = {"status": resp.status_code, "body": text[:EXCERPT]}
+    result = {"status": resp.status_code, "body": ctx.redact(text[:EXCERPT])}
     if 200 <= resp.status_code < 300:
         return Outcome(True, result=result)
     return Outcome(False, f"HTTP {resp.status_code} {resp.reason_phrase}", result=result)

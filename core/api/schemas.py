@@ -121,8 +121,14 @@ class HttpTask(_Strict):
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"] = "GET"
     # no control characters or spaces (spelled out: "\s" means other characters in JSON Schema than in pydantic)
     url: str = Field(pattern=r"^https?://[^\x00-\x20\x7f]+$", max_length=8192)
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str | SecretRef] = Field(
+        default_factory=dict,
+        description='request headers; a value is a string (stored with the job) or {"secret": "name"}, resolved '
+        "on the agent and never stored (e.g. an Authorization header)",
+    )
     body: FreeJson = None
+
+    _headers = field_validator("headers", mode="before")(_env_values)
 
 
 class PythonTask(_Strict):

@@ -19,6 +19,7 @@ from agents.handlers import HANDLERS, RunContext
 from agents.handlers.http import run_http
 from agents.handlers.python import run_python
 from agents.handlers.shell import run_shell
+from agents.secrets import SecretStore
 from tests.conftest import until
 
 TASKS = "tests.agents.tasks_for_tests"
@@ -232,6 +233,19 @@ async def test_a_json_body_and_headers_are_sent(web: str) -> None:
     assert out.result["status"] == 201
     echo = json.loads(out.result["body"])
     assert echo == {"path": "/hook", "content_type": "application/json", "token": "s3cret", "body": '{"n":1}'}
+
+
+async def test_a_header_can_name_a_secret_that_the_agent_fills_in_and_redacts(web: str, tmp_path: Path) -> None:
+    (tmp_path / "hook-token").write_text("tok-Zq9-secret\n")
+    task = {"kind": "http", "method": "POST", "url": f"{web}/hook", "headers": {"x-token": {"secret": "hook-token"}}}
+    c = ctx(secrets=SecretStore(tmp_path))
+    out = await run_http(task, c)
+    assert out.ok, out
+    # The receiver got the value; the job's result and output (which the server keeps) show only the name.
+    assert '"token": "[secret hook-token]"' in out.result["body"], out.result
+    assert "tok-Zq9-secret" not in c.output and "[secret hook-token]" in c.output, c.output
+    missing = await run_http({**task, "headers": {"x-token": {"secret": "nope"}}}, ctx(secrets=SecretStore(tmp_path)))
+    assert (missing.ok, missing.retryable) == (False, False) and "secret 'nope' not found" in (missing.error or "")
 
 
 async def test_a_long_body_is_kept_as_an_excerpt(web: str) -> None:

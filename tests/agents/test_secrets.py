@@ -204,11 +204,13 @@ async def test_a_secret_reaches_the_task_and_nothing_the_server_keeps_or_shows(r
 async def test_the_api_refuses_an_env_value_that_is_neither_a_string_nor_a_reference(
     running: RunningNode, env: dict[str, Any], message: str
 ) -> None:
-    for task in ({"kind": "shell", "command": "true", "env": env}, {"kind": "python", "function": "m:f", "env": env}):
+    for task in ({"kind": "shell", "command": "true", "env": env}, {"kind": "python", "function": "m:f", "env": env},
+                 {"kind": "http", "url": "http://127.0.0.1:9/", "headers": env}):  # fmt: skip
         r = await running.client._http.post("/v1/jobs", json={"task": task})
         assert r.status_code == 422, r.text
         body = r.json()
-        assert body["field"] == "task.env" and message in body["message"], body
+        field = "task.headers" if task["kind"] == "http" else "task.env"
+        assert body["field"] == field and message in body["message"], body
 
 
 async def test_the_local_agent_of_jobdeck_up_reads_the_secrets_dir_setting(tmp_path: Path) -> None:
