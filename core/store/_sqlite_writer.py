@@ -24,6 +24,10 @@ log = logging.getLogger("jobdeck.store")
 
 MAX_OPS_PER_COMMIT = 2000
 CHECKPOINT_EVERY = 0.5  # seconds
+NEXT_JOB_ID = (
+    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
+    "coalesce((SELECT max(id) FROM jobs), 0)) + 1"
+)
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -168,7 +172,9 @@ class Writer:
             conn.execute("PRAGMA wal_autocheckpoint=0")
             self.schema_version = migrate(conn)
             next_seq = (conn.execute("SELECT seq FROM sqlite_sequence WHERE name='events'").fetchone() or (0,))[0] + 1
-            next_job_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM jobs").fetchone()[0]
+            # The highest job id ever used (sqlite_sequence keeps it when the newest jobs are deleted),
+            # not max(id): an id the API showed once is never handed out again.
+            next_job_id = conn.execute(NEXT_JOB_ID).fetchone()[0]
         except BaseException as exc:
             self._loop.call_soon_threadsafe(_set_exception, ready, exc)
             return
