@@ -13,6 +13,7 @@ import traceback
 from agents.runtime import AgentConfig, AgentRefused, AgentRuntime
 from agents.sdk import note_imported, registered_names
 from core.client import JobDeckClient
+from core.errors import TLSUntrusted
 from core.protocol import Channel
 
 log = logging.getLogger("jobdeck.agent")
@@ -31,19 +32,29 @@ def import_task_modules(modules: list[str]) -> str | None:
     return None
 
 
-async def run_agent(server: str, config: AgentConfig, shutdown_grace: float, token: str | None = None) -> int:
+async def run_agent(
+    server: str, config: AgentConfig, shutdown_grace: float, token: str | None = None, ca_file: str | None = None
+) -> int:
     """Serve until SIGTERM / SIGINT (then drain for `shutdown_grace` seconds) or until refused."""
     runtime = AgentRuntime(config)
     # Several nodes may be given (a,b,c): the agent uses the first that answers and moves to the
     # next when its node goes away; the store is shared, so its running jobs keep their leases.
-    clients = [JobDeckClient(url, token=token) for url in server.split(",") if url.strip()]
+    clients = [JobDeckClient(url, token=token, ca_file=ca_file) for url in server.split(",") if url.strip()]
     turn = 0
+    connected = False
 
     async def connect() -> Channel:
-        nonlocal turn
+        nonlocal turn, connected
         client = clients[turn % len(clients)]
         turn += 1
-        return await client.agent_channel()
+        try:
+            channel = await client.agent_channel()
+        except TLSUntrusted as exc:
+            if not connected:  # a certificate this agent cannot check: a setting to fix, say so and stop
+                raise
+            raise OSError(exc.message) from None  # it worked before (a certificate being renewed?): retry
+        connected = True
+        return channel
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -91,6 +102,7 @@ def main(
     log_level: str = "info",
     token: str | None = None,
     secrets_dir: str | None = None,
+    ca_file: str | None = None,
 ) -> int:
     """Entry point of `jobdeck agent` (called by core.cli)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -114,5 +126,5 @@ def main(
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(run_agent(server, config, shutdown_grace_seconds, token))
-    return uvloop.run(run_agent(server, config, shutdown_grace_seconds, token))
+        return asyncio.run(run_agent(server, config, shutdown_grace_seconds, token, ca_file))
+    return uvloop.run(run_agent(server, config, shutdown_grace_seconds, token, ca_file))

@@ -54,10 +54,11 @@ class ConsoleApp(App[int]):
         identity: Identity | None = None,
         masked: bool = False,
         clock: Callable[[], float] = time.time,
+        ca_file: str | None = None,
     ) -> None:
         super().__init__()
         self.token = token
-        self.client = JobDeckClient(server, token=token)
+        self.client = JobDeckClient(server, token=token, ca_file=ca_file)
         self.server = self.client.server
         self.identity = identity or Identity(name="…", role="…", auth="token", queues=(), allowed=frozenset())
         self.fmt = Display(masked=masked, clock=clock)
@@ -199,11 +200,11 @@ class ConsoleApp(App[int]):
         self.call_later(target.run_action, name)  # type: ignore[attr-defined]
 
 
-async def sign_in(server: str) -> tuple[str | None, Identity]:
+async def sign_in(server: str, ca_file: str | None = None) -> tuple[str | None, Identity]:
     """The token `jobdeck login` cached (or $JOBDECK_TOKEN) and who it signs in as; raises
     Unauthorized when the server refuses it."""
     token = await token_for(server)
-    async with JobDeckClient(server, token=token) as client:
+    async with JobDeckClient(server, token=token, ca_file=ca_file) as client:
         await client.health()
         identity = await whoami(client)
     return token, identity
@@ -213,14 +214,15 @@ def main(args: argparse.Namespace) -> int:
     """`jobdeck console`: check the server and the sign-in first, so a wrong URL or an expired
     token is one clear line with a hint, not a traceback; then run the console."""
     server: str = args.server
+    ca_file: str | None = getattr(args, "ca_file", None)
     try:
-        token, identity = asyncio.run(sign_in(server))
+        token, identity = asyncio.run(sign_in(server, ca_file))
     except Unauthorized as exc:
         print(f"error: {exc.message}; {LOGIN_HINT.format(server=server)}", flush=True)
         return 1
     except JobDeckError as exc:
         print(f"error: {exc.message}", flush=True)
         return 1
-    app = ConsoleApp(server, token, identity=identity)
+    app = ConsoleApp(server, token, identity=identity, ca_file=ca_file)
     result = app.run()
     return app.return_code or (result if isinstance(result, int) else 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, ParamSpec, Protocol
 
@@ -11,7 +12,7 @@ import httpx
 import orjson
 import websockets
 
-from core.errors import JobDeckError, Unavailable, error_from_dict
+from core.errors import InvalidInput, JobDeckError, TLSUntrusted, Unavailable, error_from_dict
 from core.protocol import ChannelClosed, Message
 
 P = ParamSpec("P")
@@ -26,6 +27,41 @@ class Enqueueable(Protocol[P]):
 DEFAULT_SERVER = "http://127.0.0.1:8640"
 
 Json = dict[str, Any]
+CA_HINT = "give the CA's certificate with --ca-file PATH (or JOBDECK_CA_FILE)"
+
+
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """How clients check a node's certificate: the system's CAs plus those in `ca_file` (PEM), TLS 1.2
+    at least. A certificate in the file is trusted as it is (it need not be a root: a node's own
+    self-signed certificate works)."""
+    ctx = ssl.create_default_context()
+    if not ctx.cert_store_stats()["x509_ca"]:  # a slim container without a CA bundle: httpx's (certifi)
+        import certifi
+
+        ctx.load_verify_locations(cafile=certifi.where())
+    if ca_file:
+        try:
+            ctx.load_verify_locations(cafile=ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InvalidInput(
+                f"--ca-file {ca_file}: cannot read it as PEM certificates ({reason})", field="ca_file"
+            ) from None
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return ctx
+
+
+def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error under a transport error (httpx and websockets wrap it), if there is one."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def relay_lag_text(name: str, lag: Json) -> str:
@@ -66,13 +102,25 @@ class WebSocketChannel:
 class JobDeckClient:
     """REST calls return the API's JSON as dicts; errors raise the matching `core.errors` class."""
 
-    def __init__(self, server: str = DEFAULT_SERVER, *, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        server: str = DEFAULT_SERVER,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        ca_file: str | None = None,
+    ) -> None:
         server = server.strip().rstrip("/")
         if "://" not in server:  # "localhost:8640" means http
             server = "http://" + server
         self.server = server.removesuffix("/v1")
+        self.ca_file = ca_file or None
+        # https:// and wss:// check the node's certificate against the system's CAs and `ca_file`.
+        self._tls = tls_context(self.ca_file) if self.server.startswith("https://") else None
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.server, headers=headers, timeout=timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self.server, headers=headers, timeout=timeout, verify=self._tls if self._tls else True
+        )
         self._token = token
 
     async def __aenter__(self) -> JobDeckClient:
@@ -91,10 +139,7 @@ class JobDeckClient:
             clean = {k: v for k, v in (params or {}).items() if v is not None}
             resp = await self._http.request(method, path, content=content, params=clean, headers=headers)
         except httpx.TransportError as exc:
-            raise Unavailable(
-                f"cannot reach JobDeck at {self.server} ({type(exc).__name__}); is it running? "
-                "(`jobdeck up` starts one; --server or JOBDECK_SERVER says where it is)"
-            ) from None
+            raise self._unreachable(exc) from None
         if resp.status_code == 204:
             return None
         try:
@@ -104,6 +149,26 @@ class JobDeckClient:
         if resp.status_code >= 400:
             raise error_from_dict(resp.status_code, body if isinstance(body, dict) else {})
         return body
+
+    def _unreachable(self, exc: BaseException, what: str = "JobDeck") -> Unavailable:
+        """One line that says why the node could not be reached and what to change."""
+        tls = _ssl_cause(exc)
+        if isinstance(tls, ssl.SSLCertVerificationError):
+            why = f"the CA file {self.ca_file} does not sign it either" if self.ca_file else (
+                f"if your own CA signed it, {CA_HINT}")  # fmt: skip
+            return TLSUntrusted(f"cannot verify the TLS certificate of {self.server}: {tls.verify_message}; {why}")
+        if tls is not None:
+            reason = tls.reason or str(tls)
+            return Unavailable(f"TLS with {self.server} failed ({reason}); is it a JobDeck node serving https?")
+        hint = "is it running? (`jobdeck up` starts one; --server or JOBDECK_SERVER says where it is)"
+        if self.server.startswith("http://") and isinstance(
+            exc, (httpx.RemoteProtocolError, httpx.ReadError, websockets.InvalidMessage, EOFError)
+        ):
+            hint = "if the node serves TLS, its URL starts with https://"
+        return Unavailable(f"cannot reach {what} at {self.server} ({type(exc).__name__}); {hint}")
+
+    def _ws_options(self) -> dict[str, Any]:
+        return {"ssl": self._tls} if self._tls is not None else {}
 
     # -- jobs
 
@@ -253,10 +318,11 @@ class JobDeckClient:
     async def agent_channel(self) -> WebSocketChannel:
         """Open the agent protocol's WebSocket (`/v1/agents`) to this node."""
         url = self.server.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/v1/agents"
-        # No per-message compression: it cost the agent ~5% of its CPU for little gain on loopback/LANs.
-        ws = await websockets.connect(
-            url, max_size=2**25, open_timeout=10, additional_headers=self._ws_headers(), compression=None
-        )
+        try:  # no per-message compression: it cost the agent ~5% of its CPU for little gain on loopback/LANs
+            ws = await websockets.connect(url, max_size=2**25, open_timeout=10, additional_headers=self._ws_headers(),
+                                          compression=None, **self._ws_options())  # fmt: skip
+        except ssl.SSLCertVerificationError as exc:  # a setting to fix (TLSUntrusted); other errors are retried
+            raise self._unreachable(exc, "the agent endpoint") from None
         return WebSocketChannel(ws)
 
     async def drain_agent(self, name: str) -> Json:
@@ -307,7 +373,11 @@ class JobDeckClient:
             }
             try:
                 async with websockets.connect(
-                    self._ws_url(params), max_size=2**24, open_timeout=10, additional_headers=self._ws_headers()
+                    self._ws_url(params),
+                    max_size=2**24,
+                    open_timeout=10,
+                    additional_headers=self._ws_headers(),
+                    **self._ws_options(),
                 ) as ws:
                     delay = 0.2
                     connected = True
@@ -330,10 +400,7 @@ class JobDeckClient:
                             return
             except (OSError, websockets.WebSocketException) as exc:
                 if not connected:  # never reached: a wrong URL, not a blip
-                    raise Unavailable(
-                        f"cannot reach JobDeck's event feed at {self.server} ({type(exc).__name__}); is it running? "
-                        "(set --server or JOBDECK_SERVER)"
-                    ) from None
+                    raise self._unreachable(exc, "JobDeck's event feed") from None
                 if not reconnect:
                     raise Unavailable(f"lost the event feed of {self.server}: {exc}") from None
             if last is None:

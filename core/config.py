@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import ipaddress
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -61,8 +63,13 @@ class Settings:
     session_hours: float = 8.0
     public_url: str = ""  # how browsers reach this node (default: http://host:port)
     web_origins: list[str] = field(default_factory=list)  # where /auth/login may send people back to
-    rate_limit_per_second: float = 100.0  # per principal when sign-in is on (0: no limit)
-    rate_limit_burst: int = 200
+    rate_limit_per_second: float = 100.0  # per principal, or per IP for callers without sign-in (0: no limit)
+    rate_limit_burst: int = 200  # with redis_url the buckets are shared by every node of the cluster
+    # Network: proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (IPs or CIDRs; empty: none)
+    trusted_proxies: list[str] = field(default_factory=list)
+    tls_cert_file: str = ""  # PEM certificate (chain) and key: the node serves https:// and wss://
+    tls_key_file: str = ""
+    ca_file: str = ""  # PEM CA bundle clients started beside this node trust (the web dashboard of `up`)
     audit_retention_days: float = 365.0
     # Kafka (docs/kafka.md): every committed event out through the outbox relay, submissions in
     kafka_bootstrap: str = ""  # host:port[,host:port...]; empty: no Kafka
@@ -90,14 +97,42 @@ class Settings:
         return str(self.sqlite_path)
 
     @property
+    def tls(self) -> bool:
+        """Whether the node serves TLS (https:// and wss://)."""
+        return bool(self.tls_cert_file)
+
+    @property
     def api_url(self) -> str:
         """The URL clients use to reach this node."""
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.port}"
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(self.host, self.host)
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    @property
+    def cluster_key(self) -> str:
+        """A short name of the cluster (a hash of its store), so clusters sharing one Redis keep apart."""
+        return hashlib.sha1(self.store_label.encode()).hexdigest()[:12]
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with some fields changed (None values are ignored)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(entries: Iterable[str], field: str = "trusted_proxies") -> tuple[Network, ...]:
+    """IPs and CIDRs ("10.0.0.0/8", "::1") as networks, or InvalidInput naming the bad one."""
+    out = []
+    for entry in entries:
+        try:
+            out.append(ipaddress.ip_network(str(entry).strip(), strict=False))
+        except ValueError:
+            raise InvalidInput(
+                f"{field}: {entry!r} is not an IP address or CIDR network (e.g. 10.0.0.0/8 or 127.0.0.1)", field=field
+            ) from None
+    return tuple(out)
 
 
 def masked_url(url: str) -> str:
@@ -119,6 +154,8 @@ def _coerce(name: str, kind: Any, raw: Any) -> Any:
             return float(raw)
         if kind in (Path, "Path"):
             return Path(str(raw)).expanduser()
+        if kind == "list[str]" and isinstance(raw, str) and not raw.lstrip().startswith("["):
+            return [part.strip() for part in raw.split(",") if part.strip()]  # "10.0.0.0/8, 127.0.0.1"
         if str(kind).startswith(("list", "dict")):  # TOML gives them as they are; the environment as JSON
             value = json.loads(raw) if isinstance(raw, str) else raw
             if not isinstance(value, list if str(kind).startswith("list") else dict):
@@ -172,6 +209,12 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         )
     if settings.relay_lease_seconds < 1:
         raise InvalidInput("relay_lease_seconds must be at least 1", field="relay_lease_seconds")
+    parse_networks(settings.trusted_proxies)  # here, so a typo stops the node at its start
+    if bool(settings.tls_cert_file) != bool(settings.tls_key_file):
+        raise InvalidInput(
+            "TLS needs both tls_cert_file and tls_key_file (--tls-cert and --tls-key): one of them is missing",
+            field="tls_key_file" if settings.tls_cert_file else "tls_cert_file",
+        )
     if not 0 <= settings.port <= 65535:
         raise InvalidInput(f"port {settings.port} is not a TCP port (0-65535)", field="port")
     return settings

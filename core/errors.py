@@ -86,6 +86,13 @@ class Unavailable(JobDeckError):
     code = "unavailable"
 
 
+class TLSUntrusted(Unavailable):
+    """The client could not verify the server's TLS certificate (signed by a CA it does not trust,
+    or for another host name): a setting to fix, not a blip to retry."""
+
+    code = "tls_untrusted"
+
+
 _BY_CODE: dict[str, type[JobDeckError]] = {
     cls.code: cls
     for cls in (

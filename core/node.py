@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import errno
 import gc
-import hashlib
 import logging
 import signal
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
@@ -45,6 +45,24 @@ def open_store(settings: Settings, bus: Bus) -> SQLiteStore | PostgresStore:
     return SQLiteStore(settings.sqlite_path, policy, on_commit=bus.publish)
 
 
+def server_tls(settings: Settings) -> ssl.SSLContext:
+    """The node's TLS: its certificate and key, TLS 1.2 at least (1.3 when the client has it, which
+    OpenSSL picks by itself), the server's cipher order."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    try:
+        ctx.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidInput(
+            f"cannot load the TLS certificate {settings.tls_cert_file} with key {settings.tls_key_file}: {reason} "
+            "(both PEM files; the key must match the certificate)",
+            field="tls_cert_file",
+        ) from None
+    return ctx
+
+
 class _Server(uvicorn.Server):
     """uvicorn re-raises SIGTERM / SIGINT once it stops serving, which would kill the process
     before the node drains its agents and closes its store; we shut down ourselves instead."""
@@ -65,8 +83,9 @@ class Node:
         self.settings = settings
         # With Redis, events committed on any node reach the subscribers of every node.
         # The channel is named after the store, so clusters that share a Redis do not hear each other.
-        channel = f"{CHANNEL}:{hashlib.sha1(settings.store_label.encode()).hexdigest()[:12]}"
+        channel = f"{CHANNEL}:{settings.cluster_key}"
         self.bus: LocalBus | RedisBus = RedisBus(settings.redis_url, channel) if settings.redis_url else LocalBus()
+        self.tls = server_tls(settings) if settings.tls else None  # a bad certificate stops the node first
         self.store = open_store(settings, self.bus)
         self.engine = Engine(self.store, self.bus, settings)
         self.app = create_app(self.engine)
@@ -139,8 +158,8 @@ class Node:
         except OSError:
             await self.stop()
             raise
-        host, port = sock.getsockname()[:2]
-        self.settings.port = port
+        self.settings.port = sock.getsockname()[1]
+        tls = self.tls
         config = uvicorn.Config(
             self.app,
             log_level="warning",
@@ -148,11 +167,13 @@ class Node:
             ws="websockets-sansio",
             ws_max_size=2**24,
             timeout_graceful_shutdown=5,
+            # uvicorn believes X-Forwarded-For from 127.0.0.1 by default; only trusted_proxies may say who
+            # the client is (core/api/proxy.py), so a local process cannot pick the IP it is audited under.
+            proxy_headers=False,
+            ssl_context_factory=None if tls is None else (lambda _config, _default: tls),
         )
         self.server = _Server(config)
-        waiter = asyncio.ensure_future(
-            self._announce(on_ready, f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}")
-        )
+        waiter = asyncio.ensure_future(self._announce(on_ready, self.settings.api_url))
         try:
             await self.server.serve(sockets=[sock])
         finally:
@@ -195,6 +216,7 @@ class Node:
             for relay in self.relays:
                 await relay.stop()
             await self.engine.stop()
+            await self.app.state.rate_limits.close()
             if isinstance(self.bus, RedisBus):
                 await self.bus.close()
             await self.store.close()

@@ -17,7 +17,7 @@ from typing import Any
 
 from core.client import JobDeckClient
 from core.errors import Forbidden, JobDeckError, NotFound, Unauthorized
-from web_ui.settings import core_server, service_token
+from web_ui.settings import ca_file, core_server, service_token
 
 log = logging.getLogger("jobdeck.web.hub")
 
@@ -237,7 +237,7 @@ HUB = Hub()
 
 async def run_hub() -> None:
     """The backend's lifespan task: follow the core for as long as the app runs."""
-    client = JobDeckClient(core_server(), token=await service_token())
+    client = JobDeckClient(core_server(), token=await service_token(), ca_file=ca_file())
     try:
         await asyncio.gather(HUB.follow(client), HUB.sample(client))
     finally:

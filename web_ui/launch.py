@@ -35,14 +35,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", dest="web_port", type=int, default=int(os.environ.get("JOBDECK_WEB_PORT") or DEFAULT_PORT),
                    help=f"port of the dashboard (default {DEFAULT_PORT}; env JOBDECK_WEB_PORT)")  # fmt: skip
     p.add_argument("--setup-only", dest="setup_only", action="store_true")
+    p.add_argument("--ca-file", dest="ca_file", default=os.environ.get("JOBDECK_CA_FILE") or None,
+                   help="trust this CA (PEM) for an https:// core (env JOBDECK_CA_FILE)")  # fmt: skip
 
 
-def spawn(server: str, host: str, port: int, *, log: int | None = None) -> subprocess.Popen[bytes]:
-    """Start the Reflex app (production mode, one port) against `server`; returns the process."""
+def spawn(
+    server: str, host: str, port: int, *, log: int | None = None, ca_file: str | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the Reflex app (production mode, one port) against `server`; returns the process.
+    `ca_file`: a CA (PEM) its backend trusts for an https:// core (else JOBDECK_CA_FILE, if set)."""
     frontend.ensure_bun()
     project = frontend.sync_project()
     env = frontend.reflex_env()
     env["JOBDECK_WEB_SERVER"] = server
+    if ca_file:
+        env["JOBDECK_CA_FILE"] = os.path.abspath(ca_file)  # the app runs in the project folder
     # The build bakes the backend's port into the bundle, so each port gets a build folder of its
     # own (two dashboards on two ports of one checkout must not overwrite each other's build).
     env["REFLEX_WEB_WORKDIR"] = os.environ.get("JOBDECK_WEB_WORKDIR") or str(frontend.web_dir(port))
@@ -108,7 +115,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     print(f"JobDeck web: building and starting the dashboard for {server} (log: {log_path}) ...", flush=True)
     log = open_log(log_path)
     try:
-        proc = spawn(server, args.web_host, args.web_port, log=log.fileno())
+        proc = spawn(server, args.web_host, args.web_port, log=log.fileno(), ca_file=getattr(args, "ca_file", None))
     except frontend.SetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from core.client import JobDeckClient
 from core.errors import JobDeckError
-from web_ui.settings import client_for
+from web_ui.settings import ca_file, client_for
 
 COOKIE = "jobdeck_web_session"
 
@@ -83,7 +83,7 @@ async def auth_session(request: Request) -> Response:
             raise JobDeckError("the sign-in took too long or was used already: try again")
         if not token:
             raise JobDeckError("paste an access token")
-        async with JobDeckClient(client_for(None).server, token=token, timeout=10.0) as client:
+        async with JobDeckClient(client_for(None).server, token=token, timeout=10.0, ca_file=ca_file()) as client:
             me = await client.me()
     except JobDeckError as exc:
         return RedirectResponse("/?signin_error=" + quote(exc.message), status_code=303)

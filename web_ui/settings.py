@@ -19,6 +19,11 @@ def public_core_url() -> str:
     return os.environ.get("JOBDECK_WEB_PUBLIC_CORE") or core_server()
 
 
+def ca_file() -> str | None:
+    """A CA file (PEM) to trust for an https:// core besides the system's: JOBDECK_CA_FILE."""
+    return os.environ.get("JOBDECK_CA_FILE") or None
+
+
 async def service_token() -> str | None:
     """The backend's own token for the live feed: JOBDECK_TOKEN, else the cached `jobdeck login`."""
     return await credentials.token_for(core_server())
@@ -34,5 +39,5 @@ def client_for(token: str | None) -> JobDeckClient:
     if client is None:
         if len(_clients) > 256:  # forget old sessions' clients; their connections close with them
             _clients.clear()
-        client = _clients[key] = JobDeckClient(core_server(), token=token, timeout=10.0)
+        client = _clients[key] = JobDeckClient(core_server(), token=token, timeout=10.0, ca_file=ca_file())
     return client

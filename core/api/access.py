@@ -8,7 +8,6 @@ the same transaction as their change (core/store/audit.py), refused and failed o
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,11 +17,13 @@ from pydantic import ValidationError
 from starlette.requests import HTTPConnection
 
 from core.api.fields import path_id
+from core.api.proxy import caller_ip, is_local_caller
+from core.api.ratelimit import RateLimiter
 from core.auth.authenticate import Authenticator
 from core.auth.roles import AGENT, Principal
 from core.auth.sessions import COOKIE
 from core.engine import Engine
-from core.errors import Forbidden, JobDeckError, RateLimited
+from core.errors import Forbidden, JobDeckError, RateLimited, Unauthorized
 from core.schedule import schedule_to_dict
 from core.store import audit
 
@@ -89,34 +90,9 @@ RULES: dict[tuple[str, str], Rule] = {
 TARGET_KIND = {"job_id": "job", "schedule_id": "schedule", "name": None}
 
 
-class TokenBuckets:
-    """Per-principal rate limits: `rate` requests a second on average, bursts up to `burst`."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.burst = float(max(burst, 1))
-        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
-
-    def take(self, key: str, now: float | None = None) -> float:
-        """0 if the request may go ahead, else the seconds until it could."""
-        if self.rate <= 0:
-            return 0.0
-        now = time.monotonic() if now is None else now
-        tokens, at = self._buckets.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate)
-        if tokens < 1.0:
-            self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate
-        self._buckets[key] = (tokens - 1.0, now)
-        if len(self._buckets) > 100_000:  # forget idle principals (their buckets are full again anyway)
-            self._buckets = {k: v for k, v in self._buckets.items() if now - v[1] < self.burst / self.rate}
-        return 0.0
-
-
 def actor_of(p: Principal, conn: HTTPConnection) -> audit.Actor:
     """The audit log's view of a caller."""
-    ip = conn.client.host if conn.client else None
-    return audit.Actor(p.subject, p.name, p.role, p.via, ip, conn.headers.get("user-agent"))
+    return audit.Actor(p.subject, p.name, p.role, p.via, caller_ip(conn.scope), conn.headers.get("user-agent"))
 
 
 async def _record(engine: Engine, p: Principal, conn: HTTPConnection, action: str, target: str | None,
@@ -140,17 +116,16 @@ async def authorize(request: HTTPConnection) -> None:
     method = request.scope["method"]
     rule = RULES.get((method, path))
     if rule is not None and rule.action == PUBLIC:
+        await rate_limit(request, None)
         return
     engine: Engine = request.app.state.engine
-    p = await authenticate(request)
+    try:
+        p = await authenticate(request)
+    except Unauthorized:
+        await rate_limit(request, None)  # failed sign-ins count against the caller's IP
+        raise
     request.state.principal = p
-    wait = request.app.state.rate_limits.take(p.subject) if p.via != "none" else 0.0
-    if wait:
-        raise RateLimited(
-            f"too many requests from {p.name}: at most {request.app.state.rate_limits.rate:g} a second "
-            f"(bursts of {request.app.state.rate_limits.burst:g}); try again in {wait:.1f} s",
-            retry_after=math.ceil(wait),
-        )
+    await rate_limit(request, p)
     mutating = method not in ("GET", "HEAD")
     audited = p.via != "none"  # with no sign-in there is nobody to name: nothing is audited
     if mutating and not request.headers.get("authorization") and request.cookies.get(COOKIE):
@@ -188,6 +163,25 @@ def _target_id(raw: str, param: str) -> int:
         return path_id(raw)
     except ValidationError as exc:
         raise RequestValidationError([{**e, "loc": ("path", param)} for e in exc.errors()]) from None
+
+
+async def rate_limit(conn: HTTPConnection, p: Principal | None) -> None:
+    """RateLimited unless the caller's bucket has a token: a signed-in caller's own, else its IP's.
+    Processes on the node's machine that call without sign-in (`jobdeck up`'s CLI) are not limited."""
+    if p is not None and p.via != "none":
+        key, who = f"principal:{p.subject}", p.name
+    elif is_local_caller(conn.scope):
+        return
+    else:
+        key = who = f"ip:{caller_ip(conn.scope)}"
+    limiter: RateLimiter = conn.app.state.rate_limits
+    wait = await limiter.take(key)
+    if wait:
+        raise RateLimited(
+            f"too many requests from {who.removeprefix('ip:')}: at most {limiter.rate:g} a second "
+            f"(bursts of {limiter.burst:g}); try again in {wait:.1f} s",
+            retry_after=math.ceil(wait),
+        )
 
 
 def _check_origin(request: HTTPConnection) -> None:

@@ -14,6 +14,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.fields import ID_MAX, PATTERN_WORDS, IdConvertor
+from core.api.proxy import ProxyHeaders, TrustedProxies
+from core.api.ratelimit import RateLimiter
 from core.engine import Engine
 from core.errors import InvalidInput, JobDeckError, PayloadTooLarge, RateLimited, Unauthorized
 
@@ -224,7 +226,9 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
     )
     app.state.engine = engine
     app.state.auth = Authenticator(settings)
-    app.state.rate_limits = access.TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst)
+    app.state.rate_limits = RateLimiter(
+        settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url, settings.cluster_key
+    )
 
     @app.exception_handler(JobDeckError)
     async def _jobdeck_error(request: Request, exc: JobDeckError) -> Response:
@@ -257,4 +261,6 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         app.include_router(module.router)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, batch_limit=16 * settings.max_body_bytes)
+    if settings.trusted_proxies:  # outermost: every layer below sees the caller the proxy named
+        app.add_middleware(ProxyHeaders, proxies=TrustedProxies(settings.trusted_proxies))
     return app

@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--server", default=os.environ.get("JOBDECK_SERVER", DEFAULT_SERVER), help="core node URL (env JOBDECK_SERVER)"
     )
+    p.add_argument(
+        "--ca-file", dest="ca_file", default=os.environ.get("JOBDECK_CA_FILE") or None, metavar="PEM",
+        help="trust the CA certificate(s) in this file for https:// nodes, besides the system's (env JOBDECK_CA_FILE)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.add_argument("--version", action="version", version=f"jobdeck {version()}")
     p.add_argument("--utc", action="store_true", help="show times in UTC (default: this machine's zone)")
@@ -56,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="local agent slots" + (" (default 32)" if name == "up" else " (default 0: no local agent)"),
         )
         s.add_argument("--log-level", dest="log_level")
+        s.add_argument("--tls-cert", dest="tls_cert_file", metavar="PEM",
+                       help="serve https:// with this certificate (chain) (env JOBDECK_TLS_CERT_FILE)")  # fmt: skip
+        s.add_argument("--tls-key", dest="tls_key_file", metavar="PEM",
+                       help="the certificate's private key (env JOBDECK_TLS_KEY_FILE)")  # fmt: skip
         if name == "up":
             s.add_argument("--console", action="store_true", help="open the terminal console on it (the node runs "
                                                                   "in the background; quitting the console stops it)")  # fmt: skip
@@ -242,6 +250,7 @@ def _accept_common_flags_anywhere(parser: argparse.ArgumentParser) -> None:
                 child.add_argument("--server", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
                 child.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
                 child.add_argument("--utc", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                child.add_argument("--ca-file", dest="ca_file", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
                 _accept_common_flags_anywhere(child)
 
 

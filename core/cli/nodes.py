@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.client import DEFAULT_SERVER
-from core.config import load_settings
+from core.config import Settings, load_settings
 from core.errors import JobDeckError
 
 if TYPE_CHECKING:
@@ -43,10 +43,21 @@ def attach_local_agent(node: Node, name: str | None = None) -> None:
     node.on_stop(lambda: runtime.shutdown(settings.shutdown_grace_seconds), hurry=runtime.hurry)
 
 
+def node_settings(args: argparse.Namespace) -> Settings:
+    """The settings of `jobdeck up` / `server`: the flags over JOBDECK_* and the config file."""
+    return load_settings(data_dir=args.data_dir, host=args.host, port=args.port, local_slots=args.slots,
+                         log_level=getattr(args, "log_level", None), tls_cert_file=args.tls_cert_file,
+                         tls_key_file=args.tls_key_file, ca_file=getattr(args, "ca_file", None))  # fmt: skip
+
+
+def companion_ca(settings: Settings) -> str | None:
+    """What a client started beside the node (its console, its dashboard) trusts for its https URL:
+    the CA file, else the node's own certificate (a self-signed one, or the leaf itself)."""
+    return (settings.ca_file or settings.tls_cert_file) or None
+
+
 def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
-    settings = load_settings(
-        data_dir=args.data_dir, host=args.host, port=args.port, local_slots=args.slots, log_level=args.log_level
-    )
+    settings = node_settings(args)
     if local_agent and settings.local_slots <= 0:
         local_agent = False
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -70,7 +81,8 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
             first = f"{prog} submit -- echo hello" if settings.auth == "none" else f"{prog} login --server {url}"
             print(f"  try: {first}{hint}   |   API docs: {url}/docs", flush=True)
             if want_web:
-                node.on_stop(start_web(url, settings.host, getattr(args, "web_port", None), settings.data_dir))
+                web_port = getattr(args, "web_port", None)
+                node.on_stop(start_web(url, settings.host, web_port, settings.data_dir, companion_ca(settings)))
 
         await node.serve(ready)
 
@@ -92,9 +104,11 @@ def wants_web(args: argparse.Namespace) -> bool:
     return sys.stdout.isatty()
 
 
-def start_web(api_url: str, host: str, port: int | None, data_dir: Path) -> Callable[[], Awaitable[None]]:
+def start_web(
+    api_url: str, host: str, port: int | None, data_dir: Path, ca_file: str | None = None
+) -> Callable[[], Awaitable[None]]:
     """Start the web dashboard beside `jobdeck up` (its own process, its output in DATA_DIR/web.log);
-    returns the hook that stops it."""
+    returns the hook that stops it. `ca_file`: what it trusts for an https:// core."""
     import threading
 
     from web_ui import launch  # lazy: only `jobdeck up` with the web UI needs it
@@ -106,7 +120,7 @@ def start_web(api_url: str, host: str, port: int | None, data_dir: Path) -> Call
     print(f"  web dashboard: building and starting on {url} (about 20 s; log: {log_path})", flush=True)
     log = launch.open_log(log_path)
     try:
-        proc = launch.spawn(api_url, web_host, port, log=log.fileno())
+        proc = launch.spawn(api_url, web_host, port, log=log.fileno(), ca_file=ca_file)
     except Exception as exc:  # the node runs without its dashboard rather than not at all
         print(f"  web dashboard: cannot start: {exc}", flush=True)
 
@@ -142,12 +156,15 @@ def cmd_up_console(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
 
     import httpx
 
-    settings = load_settings(data_dir=args.data_dir, host=args.host, port=args.port, local_slots=args.slots)
+    from core.client import tls_context
+
+    settings = node_settings(args)
     child_args = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--console"]
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     log_path = settings.data_dir / "node.log"
-    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-    url = f"http://{host}:{settings.port}"
+    url = settings.api_url
+    ca_file = companion_ca(settings)
+    verify = tls_context(ca_file) if settings.tls else True
     with open(log_path, "a") as log:
         node = subprocess.Popen([sys.executable, "-m", "core.cli", *child_args], stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -156,7 +173,7 @@ def cmd_up_console(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             if node.poll() is not None:
                 raise JobDeckError(f"the node exited with {node.returncode}; see {log_path}")
             try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                if httpx.get(url + "/healthz", timeout=1, verify=verify).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
@@ -165,7 +182,7 @@ def cmd_up_console(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             time.sleep(0.1)
         from console_tui.app import main as console_main
 
-        return console_main(argparse.Namespace(server=url))
+        return console_main(argparse.Namespace(server=url, ca_file=ca_file))
     finally:
         if node.poll() is None:
             node.send_signal(signal.SIGINT)
@@ -209,6 +226,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         raise JobDeckError("--slots must be at least 1")
     return agent_main(
         args.server,
+        ca_file=args.ca_file,
         name=args.name,
         queues=[q for q in args.queues.split(",") if q],
         slots=args.slots,

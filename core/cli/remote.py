@@ -120,7 +120,8 @@ def add_job_flags(p: argparse.ArgumentParser, name_flag: str = "--name") -> None
 
 
 async def run_remote(args: argparse.Namespace) -> int:
-    async with JobDeckClient(args.server, token=await token_for(args.server)) as c:
+    token = await token_for(args.server)
+    async with JobDeckClient(args.server, token=token, ca_file=getattr(args, "ca_file", None)) as c:
         return int(await args.run(c, args))
 
 

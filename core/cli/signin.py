@@ -119,7 +119,7 @@ async def _loopback_flow(cfg: dict[str, Any], open_browser: bool) -> dict[str, A
 
 async def login(args: argparse.Namespace) -> int:
     """`jobdeck login`: sign in to --server and cache the token."""
-    async with JobDeckClient(args.server) as anonymous:
+    async with JobDeckClient(args.server, ca_file=args.ca_file) as anonymous:
         cfg = await anonymous.auth_config()
     if cfg["auth"] == "none":
         print(f"{args.server} runs without sign-in (auth = none): nothing to do")
@@ -144,7 +144,7 @@ async def login(args: argparse.Namespace) -> int:
         entry = {"access_token": tokens["access_token"], "refresh_token": tokens.get("refresh_token"),
                  "expires_at": time.time() + float(tokens.get("expires_in", 300)),
                  "token_endpoint": cfg["token_endpoint"], "client_id": cfg["cli_client_id"]}  # fmt: skip
-    async with JobDeckClient(args.server, token=entry["access_token"]) as c:
+    async with JobDeckClient(args.server, token=entry["access_token"], ca_file=args.ca_file) as c:
         me = await c.me()  # a token the server refuses is not cached
     path = credentials.save(args.server, entry)
     print(f"signed in to {credentials.server_key(args.server)} as {me['name']} ({me['role']}); token cached in {path}")
