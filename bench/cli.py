@@ -24,6 +24,7 @@ from bench.latency import due_later, due_now
 from bench.lists import job_lists
 from bench.python_tasks import calls as python_calls
 from bench.python_tasks import jobs as python_jobs
+from bench.ratelimit import rate_limit_cost
 from bench.remote import noop_remote, sleepers
 from bench.report import (
     AGENT_NOOP_FLOOR,
@@ -51,6 +52,11 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
     "batch": ("batch submit over HTTP, with the raw SQLite baseline", (batch_submit,), True),
     "single": ("single submit over HTTP, sequential and concurrent, with GET /healthz", (single_submit,), False),
     "auth": ("what sign-in costs: requests with a static token vs without sign-in", (auth_overhead,), False),
+    "ratelimit": (
+        "what the rate limit shared through Redis costs per request vs the in-memory bucket",
+        (rate_limit_cost,),
+        False,
+    ),
     "e2e": ("end-to-end no-op throughput with the local agent", (streamed, resumed), True),
     "pickup": ("pick-up latency at a steady submit rate", (due_now, due_later), True),
     "agent": (

@@ -3,6 +3,8 @@ name the client the proxy saw, and nobody else can choose the address they are l
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,17 @@ from core.config import load_settings
 from core.errors import InvalidInput
 from tests.auth.principals import TOKENS, auth_settings
 from tests.conftest import node_settings, start_node, stop_node
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Any) -> AsyncIterator[tuple[Any, str]]:
+    """A node without a local agent on `settings`, for the block: (node, url)."""
+    node, url, task = await start_node(settings, local_agent=False)
+    try:
+        yield node, url
+    finally:
+        await stop_node(node, task)
+
 
 ADMIN = {"authorization": f"Bearer {TOKENS['admin'][0]}"}
 OPERATOR = {"authorization": f"Bearer {TOKENS['operator'][0]}"}
@@ -67,8 +80,7 @@ async def test_the_audit_log_takes_the_client_from_a_trusted_proxy_only(tmp_path
         (trusted, ["198.51.100.7", "198.51.100.7", "198.51.100.8", "127.0.0.1", "198.51.100.9"]),
         (plain, ["127.0.0.1"] * 5),  # no trusted proxies: what the header says does not matter
     ):
-        node, url, task = await start_node(settings, local_agent=False)
-        try:
+        async with serving(settings) as (_node, url):
             async with httpx.AsyncClient(base_url=url, headers=OPERATOR) as op:
                 for forwarded in ("198.51.100.7", "6.6.6.6, 198.51.100.7", "198.51.100.8, 10.1.2.3", None):
                     headers = {"x-forwarded-for": forwarded} if forwarded else {}
@@ -81,17 +93,14 @@ async def test_the_audit_log_takes_the_client_from_a_trusted_proxy_only(tmp_path
                 assert refused.status_code == 403
             got = await _audit_ips(url)
             assert got == expected, f"trusted_proxies={settings.trusted_proxies}: expected {expected}, got {got}"
-        finally:
-            await stop_node(node, task)
 
 
 async def test_a_trusted_proxy_says_the_scheme_too(tmp_path: Path) -> None:
     """Behind a TLS-terminating proxy the node knows the browser used https: a browser session's
     request from the node's own https origin passes the cross-site check."""
     settings = auth_settings(tmp_path, rate_limit_per_second=0, trusted_proxies=["127.0.0.1"])
-    node, url, task = await start_node(settings, local_agent=False)
     seen: list[Any] = []
-    try:
+    async with serving(settings) as (node, url):
         signer = node.app.state.auth.sessions
         session, _ = signer.issue(node.app.state.auth.tokens.lookup(TOKENS["operator"][0]))
         host = url.removeprefix("http://")
@@ -102,42 +111,32 @@ async def test_a_trusted_proxy_says_the_scheme_too(tmp_path: Path) -> None:
                     headers["x-forwarded-proto"] = proto
                 resp = await browser.post("/v1/jobs", json=JOB, headers=headers)
                 seen.append((proto, resp.status_code, resp.json().get("message", "")[:80]))
-        assert [s[1] for s in seen] == [201, 403], f"expected https to be our own origin, plain http not: {seen}"
-    finally:
-        await stop_node(node, task)
+    assert [s[1] for s in seen] == [201, 403], f"expected https to be our own origin, plain http not: {seen}"
 
 
 async def test_without_sign_in_forwarded_callers_are_limited_per_ip_and_local_ones_are_not(tmp_path: Path) -> None:
     settings = node_settings(tmp_path, trusted_proxies=["127.0.0.1"], rate_limit_per_second=0.5, rate_limit_burst=3)
-    node, url, task = await start_node(settings, local_agent=False)
-    try:
-        async with httpx.AsyncClient(base_url=url) as http:
+    async with serving(settings) as (_node, url), httpx.AsyncClient(base_url=url) as http:
 
-            async def status(forwarded: str | None) -> int:
-                headers = {"x-forwarded-for": forwarded} if forwarded else {}
-                return (await http.get("/v1/queues", headers=headers)).status_code
+        async def status(forwarded: str | None) -> int:
+            headers = {"x-forwarded-for": forwarded} if forwarded else {}
+            return (await http.get("/v1/queues", headers=headers)).status_code
 
-            first = [await status("203.0.113.1") for _ in range(5)]
-            assert first[:3] == [200] * 3 and first[3:] == [429, 429], f"one IP, burst 3: got {first}"
-            resp = await http.get("/v1/queues", headers={"x-forwarded-for": "203.0.113.1"})
-            assert "too many requests from 203.0.113.1" in resp.json()["message"], resp.json()
-            assert await status("203.0.113.2") == 200, "another IP has its own bucket"
-            assert [await status(None) for _ in range(10)] == [200] * 10, "the node's own machine is not limited"
-    finally:
-        await stop_node(node, task)
+        first = [await status("203.0.113.1") for _ in range(5)]
+        assert first[:3] == [200] * 3 and first[3:] == [429, 429], f"one IP, burst 3: got {first}"
+        resp = await http.get("/v1/queues", headers={"x-forwarded-for": "203.0.113.1"})
+        assert "too many requests from 203.0.113.1" in resp.json()["message"], resp.json()
+        assert await status("203.0.113.2") == 200, "another IP has its own bucket"
+        assert [await status(None) for _ in range(10)] == [200] * 10, "the node's own machine is not limited"
 
 
 async def test_failed_sign_ins_and_public_routes_count_against_the_callers_ip(tmp_path: Path) -> None:
     settings = auth_settings(tmp_path, trusted_proxies=["127.0.0.1"], rate_limit_per_second=0.5, rate_limit_burst=3)
-    node, url, task = await start_node(settings, local_agent=False)
-    try:
-        async with httpx.AsyncClient(base_url=url) as http:
-            bad = {"authorization": "Bearer jd_guessing", "x-forwarded-for": "203.0.113.66"}
-            got = [(await http.get("/v1/queues", headers=bad)).status_code for _ in range(4)]
-            assert got == [401, 401, 401, 429], f"three guesses, then the IP waits: got {got}"
-            public = await http.get("/auth/config", headers={"x-forwarded-for": "203.0.113.66"})
-            assert public.status_code == 429, "the public routes share the IP's bucket"
-            ok = await http.get("/v1/queues", headers={**OPERATOR, "x-forwarded-for": "203.0.113.66"})
-            assert ok.status_code == 200, "a signed-in caller has its own bucket, whatever its IP"
-    finally:
-        await stop_node(node, task)
+    async with serving(settings) as (_node, url), httpx.AsyncClient(base_url=url) as http:
+        bad = {"authorization": "Bearer jd_guessing", "x-forwarded-for": "203.0.113.66"}
+        got = [(await http.get("/v1/queues", headers=bad)).status_code for _ in range(4)]
+        assert got == [401, 401, 401, 429], f"three guesses, then the IP waits: got {got}"
+        public = await http.get("/auth/config", headers={"x-forwarded-for": "203.0.113.66"})
+        assert public.status_code == 429, "the public routes share the IP's bucket"
+        ok = await http.get("/v1/queues", headers={**OPERATOR, "x-forwarded-for": "203.0.113.66"})
+        assert ok.status_code == 200, "a signed-in caller has its own bucket, whatever its IP"
