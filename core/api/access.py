@@ -29,6 +29,8 @@ from core.store import audit
 
 PUBLIC = "public"  # no sign-in needed
 SIGNED_IN = "signed_in"  # any principal, whatever its role
+# Health probes are never rate limited: a refused readiness probe would take the node out of service.
+PROBES = frozenset({"/healthz", "/livez", "/readyz"})
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ async def authorize(request: HTTPConnection) -> None:
     method = request.scope["method"]
     rule = RULES.get((method, path))
     if rule is not None and rule.action == PUBLIC:
-        await rate_limit(request, None)
+        if path not in PROBES:
+            await rate_limit(request, None)
         return
     engine: Engine = request.app.state.engine
     try:

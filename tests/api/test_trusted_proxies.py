@@ -138,5 +138,8 @@ async def test_failed_sign_ins_and_public_routes_count_against_the_callers_ip(tm
         assert got == [401, 401, 401, 429], f"three guesses, then the IP waits: got {got}"
         public = await http.get("/auth/config", headers={"x-forwarded-for": "203.0.113.66"})
         assert public.status_code == 429, "the public routes share the IP's bucket"
+        for probe in ("/healthz", "/livez", "/readyz"):  # a refused probe would take the node out of service
+            resp = await http.get(probe, headers={"x-forwarded-for": "203.0.113.66"})
+            assert resp.status_code == 200, f"{probe} is never rate limited: got {resp.status_code}"
         ok = await http.get("/v1/queues", headers={**OPERATOR, "x-forwarded-for": "203.0.113.66"})
         assert ok.status_code == 200, "a signed-in caller has its own bucket, whatever its IP"
