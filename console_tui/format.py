@@ -109,12 +109,14 @@ class Display:
         return "yyyy-mm-dd hh:mm:ss ZZZ" if self.masked else timetext.stamp(when, tz)
 
     def other_zone(self, when: float | None, zone_name: str) -> str:
-        """`when` in the viewer's zone when that is not `zone_name`'s (the hover / second column)."""
+        """`when` in the viewer's zone, or in UTC when the viewer's zone shows it as `zone_name` does;
+        with its date only when that differs from the date in `zone_name`."""
         if when is None or self.masked:
-            return "-" if when is None else "hh:mm ZZZ"
+            return "-" if when is None else "hh:mm:ss ZZZ"
         tz = timetext.zone(zone_name)
         other = self.zone if timetext.stamp(when, tz) != timetext.stamp(when, self.zone) else timetext.zone("UTC")
-        return timetext.stamp(when, other, date=False, seconds=False)
+        same_day = timetext.stamp(when, tz)[:10] == timetext.stamp(when, other)[:10]
+        return timetext.stamp(when, other, date=not same_day)
 
     def duration(self, seconds: float | None) -> str:
         if seconds is None:

@@ -35,6 +35,18 @@ class SchedulesView(TableView):
     def key(self, item: Json) -> str:
         return str(item["id"])
 
+    def bar(self) -> str:
+        """The count, and the cursor schedule's next fire time in the viewer's zone (or UTC when the
+        viewer is in the schedule's zone): the console's hover."""
+        text = super().bar()
+        s = self.current()
+        nxt = epoch(s.get("next_fire_at")) if s else None
+        if s and nxt is not None and not s.get("paused"):
+            zone = s.get("timezone") or "UTC"
+            d = self.console.fmt
+            text += f" · #{s['id']} {s['name']} next fires {d.date_time(nxt, zone)} = {d.other_zone(nxt, zone)}"
+        return text
+
     async def fetch(self) -> list[Json]:
         return await self.console.client.schedules()
 

@@ -100,6 +100,7 @@ class TableView(View):
     @on(DataTable.RowHighlighted)
     def _moved(self, event: DataTable.RowHighlighted) -> None:
         self.refresh_refusals()
+        self.query_one("#bar", Static).update(self.bar())  # the bar may speak of the cursor's row
 
     def wants(self, event: Json) -> bool:
         """Whether an event makes this view stale."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+from datetime import datetime
 import sys
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -58,6 +60,23 @@ async def test_schedule_pause_resume(node: ServerProcess, api: JobDeckClient) ->
         assert (await api.get_schedule(s["id"]))["paused"]
         await pilot.press("u")
         await until(lambda: not schedules.items[str(s["id"])]["paused"], 3, "the schedule resumed")
+
+
+async def test_the_bar_gives_the_cursor_schedules_next_fire_in_the_viewers_zone_too(
+        node: ServerProcess, api: JobDeckClient) -> None:  # fmt: skip
+    s = await api.create_schedule({"name": "paris", "cron": "0 2 * * *", "timezone": "Europe/Paris",
+                                   "job": {"task": {"kind": "shell", "command": "true"}, "queue": "sched-q"}})  # fmt: skip
+    nxt = datetime.fromisoformat(s["next_fire_at"].replace("Z", "+00:00"))
+    paris = nxt.astimezone(ZoneInfo("Europe/Paris"))
+    async with console(node.url) as (app, pilot):
+        app.fmt.utc = True  # the viewer reads UTC: the bar gives the fire time in UTC beside Paris's
+        await pilot.press("4")
+        schedules = view(app, "schedules")
+        await select(schedules, str(s["id"]))
+        want = (f"#{s['id']} paris next fires {paris:%Y-%m-%d %H:%M:%S} {paris.tzname()} = {nxt:%H:%M:%S} UTC"
+                if paris.date() == nxt.date() else f"{nxt:%Y-%m-%d %H:%M:%S} UTC")
+        bar = app.main_screen.query_one("#schedules #bar")
+        await until(lambda: want in str(bar.render()), 5, f"{want!r} in the bar")
 
 
 async def test_drain_an_agent_after_confirmation(node: ServerProcess, api: JobDeckClient, tmp_path: Path) -> None:
