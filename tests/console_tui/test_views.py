@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-from datetime import datetime
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -73,8 +73,11 @@ async def test_the_bar_gives_the_cursor_schedules_next_fire_in_the_viewers_zone_
         await pilot.press("4")
         schedules = view(app, "schedules")
         await select(schedules, str(s["id"]))
-        want = (f"#{s['id']} paris next fires {paris:%Y-%m-%d %H:%M:%S} {paris.tzname()} = {nxt:%H:%M:%S} UTC"
-                if paris.date() == nxt.date() else f"{nxt:%Y-%m-%d %H:%M:%S} UTC")
+        want = (
+            f"#{s['id']} paris next fires {paris:%Y-%m-%d %H:%M:%S} {paris.tzname()} = {nxt:%H:%M:%S} UTC"
+            if paris.date() == nxt.date()
+            else f"{nxt:%Y-%m-%d %H:%M:%S} UTC"
+        )
         bar = app.main_screen.query_one("#schedules #bar")
         await until(lambda: want in str(bar.render()), 5, f"{want!r} in the bar")
 
