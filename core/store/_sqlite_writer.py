@@ -22,6 +22,7 @@ from core.store.base import Event
 
 log = logging.getLogger("jobdeck.store")
 
+Trace = Callable[[str], None]
 MAX_OPS_PER_COMMIT = 2000
 CHECKPOINT_EVERY = 0.5  # seconds
 NEXT_JOB_ID = (
@@ -30,9 +31,12 @@ NEXT_JOB_ID = (
 )
 
 
-def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """A connection in WAL mode with the pragmas JobDeck relies on."""
+def connect(path: Path, *, readonly: bool = False, trace: Trace | None = None) -> sqlite3.Connection:
+    """A connection in WAL mode with the pragmas JobDeck relies on; `trace` sees every statement
+    it runs, with its parameters filled in (tests/store/test_plans.py reads their plans)."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    if trace is not None:
+        conn.set_trace_callback(trace)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")  # a commit survives power loss; group commit pays for it
     conn.execute("PRAGMA busy_timeout=30000")
@@ -124,8 +128,9 @@ class Writer:
     handed back on the event loop and the committed events go to `on_commit` in order.
     """
 
-    def __init__(self, path: Path, clock: Callable[[], float], on_commit: OnCommit) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float], on_commit: OnCommit, trace: Trace | None = None) -> None:
         self._path = path
+        self._trace = trace
         self._clock = clock
         self._on_commit = on_commit
         self._queue: queue.SimpleQueue[tuple[Op, asyncio.Future[Any]] | None] = queue.SimpleQueue()
@@ -166,7 +171,7 @@ class Writer:
         assert self._loop is not None
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            conn = connect(self._path)
+            conn = connect(self._path, trace=self._trace)
             conn.create_function("jobdeck_labels_ok", 2, _labels_ok, deterministic=True)
             # Checkpoints run on their own thread (see _checkpoint), not inside our commits.
             conn.execute("PRAGMA wal_autocheckpoint=0")

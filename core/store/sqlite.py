@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +27,7 @@ from core.model import (
 )
 from core.schedule import Schedule, schedule_to_dict
 from core.store import audit
-from core.store._sqlite_writer import OnCommit, Tx, Writer, connect
+from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
 from core.store.audit import AuditFilter
 from core.store.base import (
     FINISHED_EVENTS,
@@ -62,6 +64,21 @@ _SELECT_SCHEDULE = f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules"
 _CHUNK = 500
 
 
+# The hot queries name their partial index: without statistics SQLite's planner prefers jobs_state
+# (state, id) for `state = ...` and then sorts or reads every row in that state (all 150,000 scheduled
+# jobs once a second for the promoter; every queued job in a temp b-tree for a claim). INDEXED BY
+# fails loudly if the index could not serve the query (tests/store/test_plans.py reads the plans).
+CLAIM_QUEUE = (
+    f"{_SELECT_JOB} INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? "
+    "AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id LIMIT ?"
+)
+PROMOTE_DUE = (
+    "SELECT id FROM jobs INDEXED BY jobs_due WHERE state IN ('scheduled', 'failed') AND run_at <= ? "
+    "ORDER BY run_at LIMIT ?"
+)
+NEXT_DUE = "SELECT min(run_at) FROM jobs INDEXED BY jobs_due WHERE state IN ('scheduled', 'failed')"
+EXPIRED_LEASES = "SELECT id FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lease_expires_at < ? LIMIT ?"
+
 INSERT_AUDIT = f"INSERT INTO audit_log ({', '.join(audit.COLUMNS)}) VALUES ({', '.join('?' * len(audit.COLUMNS))})"
 
 
@@ -82,12 +99,14 @@ def _adder(params: list[Any]) -> Callable[[Any], str]:
     return add
 
 
-def _job_where(flt: JobFilter, *, by_order: bool = False) -> tuple[list[str], list[Any]]:
+def _job_where(flt: JobFilter, *, by_order: bool = False, tag: bool = True) -> tuple[list[str], list[Any]]:
     """The WHERE terms and parameters of a job filter (a listing and its count share them).
 
     `by_order`: write the indexed terms as `+column`, which SQLite cannot look up in an index, so it
     walks the sort's index and filters as it goes: far quicker than sorting 50,000 matches for a
-    page of 100 when many rows match (SQLite's planner does not weigh the LIMIT)."""
+    page of 100 when many rows match (SQLite's planner does not weigh the LIMIT); the tag is then a
+    probe of job_tags per row, not a list of every job with the tag built first. `tag=False`: leave
+    the tag out (the query reads job_tags itself, see _tag_driven)."""
     where: list[str] = []
     params: list[Any] = []
     plus = "+" if by_order else ""
@@ -100,8 +119,11 @@ def _job_where(flt: JobFilter, *, by_order: bool = False) -> tuple[list[str], li
     if flt.name_prefix:
         where.append(f"{plus}name >= ? AND {plus}name < ?")
         params += [flt.name_prefix, flt.name_prefix + "\U0010ffff"]
-    if flt.tag is not None:
-        where.append(f"{plus}id IN (SELECT job_id FROM job_tags WHERE tag = ?)")
+    if flt.tag is not None and tag:
+        if by_order:
+            where.append("EXISTS (SELECT 1 FROM job_tags WHERE tag = ? AND job_id = jobs.id)")
+        else:
+            where.append("id IN (SELECT job_id FROM job_tags WHERE tag = ?)")
         params.append(flt.tag)
     if flt.created_after is not None:
         where.append("created_at >= ?")
@@ -118,6 +140,37 @@ def _job_where(flt: JobFilter, *, by_order: bool = False) -> tuple[list[str], li
     if flt.search:
         where.append(search_sql(flt.search, _adder(params), like="LIKE", task="task", tags="tags"))
     return where, params
+
+
+# A tag's jobs in id order straight from job_tags' key (tag, job_id): a page of a tag that 700,000 jobs
+# carry reads about a page of job_tags, whatever else the filter asks (CROSS JOIN keeps job_tags outside).
+_TAG_JOIN = "job_tags CROSS JOIN jobs ON jobs.id = job_tags.job_id"
+_TAG_DRIVEN = _SELECT_JOB.replace(" FROM jobs", f" FROM {_TAG_JOIN}")
+
+
+def _tag_driven(flt: JobFilter, order: JobOrder, limit: int) -> tuple[str, list[Any]]:
+    """A list in id order with a tag filter, walking job_tags' key for that tag."""
+    assert flt.tag is not None and order.by_id
+    where, params = _job_where(flt, by_order=True, tag=False)
+    where.insert(0, "job_tags.tag = ?")
+    params.insert(0, flt.tag)
+    if order.after is not None:
+        where.append(f"job_tags.job_id {'<' if order.descending else '>'} ?")
+        params.append(order.after[1])
+    sql = f"{_TAG_DRIVEN} WHERE {' AND '.join(where)} ORDER BY job_tags.job_id {'DESC' if order.descending else 'ASC'}"
+    return sql + " LIMIT ?", [*params, limit]
+
+
+def _index_gives_order(flt: JobFilter, order: JobOrder) -> bool:
+    """True when one index both finds the matches and gives them in id order: (state, id), (queue, id)."""
+    indexed = [
+        len(flt.states) == 1,
+        flt.queue is not None,
+        bool(flt.name_prefix),
+        flt.tag is not None,
+        len(flt.states) > 1,
+    ]
+    return order.by_id and sum(indexed) == 1 and (indexed[0] or indexed[1])
 
 
 def _job(row: Sequence[Any]) -> Job:
@@ -217,11 +270,19 @@ class SQLiteStore(SQLiteRelayCursors):
 
     single_node = True  # the file is locked by one node: no other node can hold its leases
 
-    def __init__(self, path: Path, policy: Policy, on_commit: OnCommit, clock: Callable[[], float] = utcnow):
+    def __init__(
+        self,
+        path: Path,
+        policy: Policy,
+        on_commit: OnCommit,
+        clock: Callable[[], float] = utcnow,
+        trace: Trace | None = None,
+    ):
         self.path = path
         self.policy = policy
         self.clock = clock
-        self._writer = Writer(path, clock, on_commit)
+        self._trace = trace  # sees every statement the store runs (for the query-plan tests)
+        self._writer = Writer(path, clock, on_commit, trace)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jobdeck-sqlite-read")
         self._local = threading.local()
         self._lock_file: Any = None
@@ -302,7 +363,7 @@ class SQLiteStore(SQLiteRelayCursors):
     def _with_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = connect(self.path, readonly=True)
+            conn = self._local.conn = connect(self.path, readonly=True, trace=self._trace)
         return fn(conn)
 
     # -- jobs
@@ -351,10 +412,16 @@ class SQLiteStore(SQLiteRelayCursors):
         filtered = bool(flt.states or flt.queue is not None or flt.name_prefix or flt.tag is not None)
 
         def q(c: sqlite3.Connection) -> list[Job]:
+            if flt.tag is not None and order.by_id:
+                sql, params = _tag_driven(flt, order, limit)
+                return [_job(r) for r in c.execute(sql, params)]
             walk = False
-            if filtered and not order.by_id:  # many matches: walk the sort's index (see _job_where)
-                where, params = _job_where(flt)
-                count = f"SELECT count(*) FROM (SELECT 1 FROM jobs WHERE {' AND '.join(where)} LIMIT {WALK_FROM})"
+            if filtered and not _index_gives_order(flt, order):  # many matches: walk the order's index
+                where, params = _job_where(flt, tag=False)
+                source = "jobs"
+                if flt.tag is not None:  # from the tag's rows, never a list of all of them built first
+                    source, where, params = _TAG_JOIN, ["job_tags.tag = ?", *where], [flt.tag, *params]
+                count = f"SELECT count(*) FROM (SELECT 1 FROM {source} WHERE {' AND '.join(where)} LIMIT {WALK_FROM})"
                 walk = c.execute(count, params).fetchone()[0] >= WALK_FROM
             sql, params = query(walk)
             return [_job(r) for r in c.execute(sql, params)]
@@ -364,8 +431,11 @@ class SQLiteStore(SQLiteRelayCursors):
     async def count_jobs(self, flt: JobFilter) -> tuple[int, bool]:
         """How many jobs match, exactly (True): an index range for state, queue, name and tag
         filters (under 0.1 s at a million jobs here); a search counts by scanning."""
-        where, params = _job_where(flt)
-        sql = "SELECT count(*) FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        if flt.tag is not None and flt == JobFilter(tag=flt.tag):
+            sql, params = "SELECT count(*) FROM job_tags WHERE tag = ?", [flt.tag]
+        else:
+            where, params = _job_where(flt)
+            sql = "SELECT count(*) FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
         return await self._read(lambda c: (int(c.execute(sql, params).fetchone()[0]), True))
 
     async def list_attempts(self, job_id: int) -> list[dict[str, Any]]:
@@ -393,37 +463,26 @@ class SQLiteStore(SQLiteRelayCursors):
         return await self._write(op)
 
     async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]:
-        """Take up to `req.limit` queued jobs in claim order for one agent, leasing them."""
+        """Take up to `req.limit` queued jobs in claim order for one agent, leasing them.
+
+        Each takeable queue is walked in its own claim index (jobs_claim_queue: queue, sort_key, id)
+        and the walks are merged lazily, so a claim reads about `limit` rows whatever the backlog:
+        neither 500,000 queued jobs nor 100,000 waiting in a paused queue ahead of them make it sort
+        or skip anything. A capped queue's walk stops at its room."""
 
         def op(tx: Tx) -> list[Job]:
             c = tx.conn
-            capped = set(req.caps)
-            skip = set(req.paused) | capped
-            where, params = ["state = 'queued'"], []
-            # A job that requires labels goes only to an agent that has them all.
-            where.append("(labels = '' OR jobdeck_labels_ok(labels, ?))")
-            params.append(labels_text(req.labels))
-            if req.queues is not None:
-                allowed = sorted(req.queues - skip)
-                where.append(f"queue IN ({', '.join('?' * len(allowed))})")
-                params += allowed
-            elif skip:
-                where.append(f"queue NOT IN ({', '.join('?' * len(skip))})")
-                params += sorted(skip)
-            rows = []
-            if req.queues is None or allowed:
-                sql = f"{_SELECT_JOB} WHERE {' AND '.join(where)} ORDER BY sort_key, id LIMIT ?"
-                rows = c.execute(sql, (*params, req.limit)).fetchall()
-            for queue, room in req.caps.items():
-                if room > 0 and queue not in req.paused and (req.queues is None or queue in req.queues):
-                    sql = (
-                        f"{_SELECT_JOB} WHERE state = 'queued' AND queue = ? "
-                        "AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id LIMIT ?"
-                    )
-                    rows += c.execute(sql, (queue, labels_text(req.labels), min(room, req.limit))).fetchall()
-            if req.caps:
-                rows.sort(key=lambda r: (r[5], r[0]))
-                rows = rows[: req.limit]
+            labels = labels_text(req.labels)
+            walks = []
+            for (queue,) in c.execute("SELECT name FROM queues").fetchall():
+                if queue in req.paused or (req.queues is not None and queue not in req.queues):
+                    continue
+                room = min(req.caps.get(queue, req.limit), req.limit)
+                if room > 0:
+                    walks.append(c.execute(CLAIM_QUEUE, (queue, labels, room)))
+            rows = list(islice(heapq.merge(*walks, key=lambda r: (r[5], r[0])), req.limit))
+            for walk in walks:
+                walk.close()
             applier = _Applier(tx)
             claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in map(_job, rows)]
             applier.flush()
@@ -451,21 +510,19 @@ class SQLiteStore(SQLiteRelayCursors):
 
         def op(tx: Tx) -> tuple[int, float | None]:
             c = tx.conn
-            due = "SELECT id FROM jobs WHERE state IN ('scheduled', 'failed') AND run_at <= ? ORDER BY run_at LIMIT ?"
-            ids = [r[0] for r in c.execute(due, (now, limit))]
+            ids = [r[0] for r in c.execute(PROMOTE_DUE, (now, limit))]
             applier = _Applier(tx)
             for job in _load_jobs(c, ids).values():
                 applier.apply(job, decide_promote(job, now, self.policy))
             applier.flush()
-            nxt = c.execute("SELECT min(run_at) FROM jobs WHERE state IN ('scheduled', 'failed')").fetchone()[0]
+            nxt = c.execute(NEXT_DUE).fetchone()[0]
             return len(ids), nxt
 
         return await self._write(op)
 
     async def expired_lease_ids(self, now: float, limit: int) -> list[int]:
         """Running jobs whose lease ran out."""
-        sql = "SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < ? LIMIT ?"
-        return await self._read(lambda c: [r[0] for r in c.execute(sql, (now, limit))])
+        return await self._read(lambda c: [r[0] for r in c.execute(EXPIRED_LEASES, (now, limit))])
 
     async def running_counts(self) -> dict[str, int]:
         """Running jobs per queue."""
