@@ -19,6 +19,7 @@ import httpx
 from bench.auth import auth_overhead
 from bench.console_lag import console_lag
 from bench.context import RunContext, Scale
+from bench.flow import drain_with_limits
 from bench.kafka import consumer_lag, relay_throughput
 from bench.latency import due_later, due_now
 from bench.lists import job_lists
@@ -58,6 +59,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         False,
     ),
     "e2e": ("end-to-end no-op throughput with the local agent", (streamed, resumed), True),
+    "flow": (
+        "what flow control costs the claim: a no-op backlog drained from a queue without limits vs with each "
+        "limit set (too high to hold anything back), in alternating turns; ratios to the same run's baseline",
+        (drain_with_limits,),
+        True,
+    ),
     "pickup": ("pick-up latency at a steady submit rate", (due_now, due_later), True),
     "agent": (
         "one remote agent process: no-op throughput (local agent as baseline), 10,000 sleeping jobs and its RSS",

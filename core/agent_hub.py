@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.agent_session import AgentSession
 from core.errors import JobDeckError, NotFound
+from core.flow import UNLIMITED, Bucket, waiting_reason
 from core.model import Job, RunResult, decide_finish, decide_hand_back, decide_lost, labels_satisfied, labels_text
 from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed
 from core.store.base import Decide, JobFilter, ephemeral_event
@@ -163,11 +164,9 @@ class AgentHub:
         """Why a queued job is not running, when no connected agent (of any node) could take it."""
         if job.state != "queued":
             return None
-        paused, limit = self.engine.queue_settings.get(job.queue, (False, None))
-        if paused:
-            return f"queue {job.queue!r} is paused"
-        if limit == 0:
-            return f"queue {job.queue!r} has concurrency 0: none of its jobs start until the limit is raised or removed"
+        limits = self.engine.queue_settings.get(job.queue, UNLIMITED)
+        if limits.paused or limits.concurrency == 0:
+            return waiting_reason(job.queue, limits, 0, Bucket(None, None), 0.0)
         agents = self.describe()
         if not agents:
             return "no agent is connected"

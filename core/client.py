@@ -253,6 +253,10 @@ class JobDeckClient:
     async def set_concurrency(self, name: str, concurrency: int | None) -> Json:
         return await self._call("PUT", f"/v1/queues/{name}/concurrency", json={"concurrency": concurrency})  # type: ignore[no-any-return]
 
+    async def update_queue(self, name: str, **limits: Any) -> Json:
+        """Change a queue's limits live (concurrency, rate_limit, rate_burst; None removes one)."""
+        return await self._call("PATCH", f"/v1/queues/{name}", json=limits)  # type: ignore[no-any-return]
+
     # -- schedules
 
     async def create_schedule(self, spec: Json) -> Json:

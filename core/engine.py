@@ -22,6 +22,7 @@ from core.agent_hub import AgentHub
 from core.bus import Bus
 from core.config import Settings
 from core.errors import Conflict, JobDeckError
+from core.flow import UNLIMITED, QueueLimits, waiting_reason
 from core.model import (
     Job,
     Policy,
@@ -65,7 +66,8 @@ class Engine:
         self.settings = settings
         self.clock = clock
         self.policy = Policy(settings.aging_seconds_per_priority, settings.lease_seconds)
-        self.queue_settings: dict[str, tuple[bool, int | None]] = {}
+        self.queue_settings: dict[str, QueueLimits] = {}
+        self._next_room_at: float | None = None  # when a rate limit that held jobs back lets the next start
         self._wake_dispatch = asyncio.Event()
         self._wake_promote = asyncio.Event()
         self._wake_schedules = asyncio.Event()
@@ -133,7 +135,7 @@ class Engine:
             elif j.state == "scheduled" and j.run_at < self.next_promote_at:
                 self._wake_promote.set()
             if j.queue not in self.queue_settings:
-                self.queue_settings[j.queue] = (False, None)
+                self.queue_settings[j.queue] = UNLIMITED
 
     async def _change_one(self, job_id: int, decide: Decide) -> Job:
         result = (await self.store.change_jobs({job_id: decide}))[job_id]
@@ -205,11 +207,28 @@ class Engine:
     # ------------------------------------------------------------ queues
 
     async def update_queue(self, name: str, **changes: Any) -> dict[str, Any]:
-        """Pause / resume a queue or set its concurrency limit."""
+        """Pause / resume a queue or change its limits (core.flow.SETTINGS)."""
         view = await self.store.update_queue(name, changes, self.clock())
-        self.queue_settings[name] = (view["paused"], view["concurrency"])
+        self.queue_settings[name] = QueueLimits.of(view)
         self._wake_dispatch.set()
         return view
+
+    async def waiting_for(self, jobs: Sequence[Job]) -> dict[int, str | None]:
+        """Why each queued job is not running (None: nothing holds it but a free slot): no agent can
+        take it, or its queue's limits (paused, concurrency, rate) hold it now. One read per queue
+        with limits, whatever the number of jobs."""
+        out = {j.id: self.hub.waiting_for(j) for j in jobs}
+        held = {j.queue for j in jobs if out[j.id] is None and j.state == "queued"
+                and self.queue_settings.get(j.queue, UNLIMITED).held}  # fmt: skip
+        now = self.clock()
+        reasons = {}
+        for queue in held:
+            limits, running, bucket = await self.store.queue_flow(queue)  # type: ignore[attr-defined]
+            reasons[queue] = waiting_reason(queue, limits, running, bucket, now)
+        for j in jobs:
+            if out[j.id] is None and j.queue in reasons:
+                out[j.id] = reasons[j.queue]
+        return out
 
     # ------------------------------------------------------------ schedules
 
@@ -281,7 +300,11 @@ class Engine:
 
     async def _dispatch_loop(self) -> None:
         while True:
-            await self._wait(self._wake_dispatch, SAFETY_POLL)
+            timeout = SAFETY_POLL
+            if self._next_room_at is not None:  # a rate limit refills its bucket then: claim again
+                timeout = min(SAFETY_POLL, max(0.0, self._next_room_at - self.clock()))
+                self._next_room_at = None
+            await self._wait(self._wake_dispatch, timeout)
             while await self._dispatch_round():
                 pass
 
@@ -290,8 +313,9 @@ class Engine:
         ready = [s for s in self.hub.sessions.values() if s.free > 0]
         if not ready:
             return False
-        paused = frozenset(q for q, (p, _) in self.queue_settings.items() if p)
-        limited = {q: c for q, (p, c) in self.queue_settings.items() if c is not None and not p}
+        paused = frozenset(q for q, lim in self.queue_settings.items() if lim.paused)
+        limited = {q: lim.concurrency for q, lim in self.queue_settings.items()
+                   if lim.concurrency is not None and not lim.paused}  # fmt: skip
         running = await self.store.running_counts() if limited else {}
         caps = {q: max(0, c - running.get(q, 0)) for q, c in limited.items()}
         assigned = False
@@ -300,6 +324,8 @@ class Engine:
                 continue
             req = ClaimRequest(s.name, min(s.free, self.settings.claim_batch), s.queues, paused, caps, s.labels)
             jobs = await self.store.claim_jobs(req, self.clock())
+            if req.wake_at is not None and (self._next_room_at is None or req.wake_at < self._next_room_at):
+                self._next_room_at = req.wake_at
             if not jobs:
                 continue
             assigned = True
@@ -386,7 +412,7 @@ class Engine:
         t = e.type
         if t.startswith("queue."):
             q = orjson.loads(e.body)["data"]["queue"]
-            self.queue_settings[q["name"]] = (q["paused"], q["concurrency"])
+            self.queue_settings[q["name"]] = QueueLimits.of(q)
             self._wake_dispatch.set()
         elif t == "job.cancel_requested":
             job = orjson.loads(e.body)["data"]["job"]
@@ -397,7 +423,7 @@ class Engine:
                 self._wake_dispatch.set()
             elif datetime.fromisoformat(job["run_at"]).timestamp() < self.next_promote_at:
                 self._wake_promote.set()
-        elif t in FINISHED and self.queue_settings.get(e.queue or "", (False, None))[1] is not None:
+        elif t in FINISHED and self.queue_settings.get(e.queue or "", UNLIMITED).concurrency is not None:
             self._wake_dispatch.set()  # a slot of a limited queue came free (perhaps on another node)
         elif t.startswith("schedule."):
             self._wake_schedules.set()

@@ -101,6 +101,21 @@ def test_concurrency_zero_holds_a_queue_says_so_and_none_lifts_it(jobdeck_proces
     assert "0 lets none start (running ones finish" in helptext and "'none' removes the limit" in helptext, helptext
 
 
+def test_queues_rate_sets_a_rate_limit_per_minute_shows_it_and_none_lifts_it(jobdeck_process: ServerProcess) -> None:
+    jobdeck(jobdeck_process, "submit", "--queue", "rate-q", "--delay", "600", "--", "true")  # makes the queue
+    bad = jobdeck(jobdeck_process, "queues", "rate", "rate-q", "fast")
+    assert bad.returncode != 0 and "rate must be a positive number per second, or N/s, N/m, N/h" in bad.stderr, bad
+    set_ = jobdeck(jobdeck_process, "queues", "rate", "rate-q", "30/m", "--burst", "2")
+    assert set_.returncode == 0, set_.stderr
+    assert set_.stdout.strip() == ("queue rate-q: at most 0.5/s (one every 2 s) of its jobs start, 2 at once "
+                                   "(`jobdeck queues rate rate-q none` removes the limit)"), set_.stdout  # fmt: skip
+    [q] = [q for q in json.loads(jobdeck(jobdeck_process, "--json", "queues").stdout) if q["name"] == "rate-q"]
+    assert (q["rate_limit"], q["rate_burst"]) == (0.5, 2), q
+    assert "RATE_LIMIT" in jobdeck(jobdeck_process, "queues").stdout.splitlines()[0]
+    lifted = jobdeck(jobdeck_process, "queues", "rate", "rate-q", "none")
+    assert lifted.stdout.strip() == "queue rate-q: no rate limit", lifted.stdout
+
+
 def job_state(server: ServerProcess, job_id: int) -> str:
     return str(json.loads(jobdeck(server, "--json", "jobs", "show", str(job_id)).stdout)["job"]["state"])
 

@@ -70,6 +70,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/queues/{name}/pause"): Rule("queues.pause", "name"),
     ("POST", "/v1/queues/{name}/resume"): Rule("queues.pause", "name"),
     ("PUT", "/v1/queues/{name}/concurrency"): Rule("queues.configure", "name"),
+    ("PATCH", "/v1/queues/{name}"): Rule("queues.configure", "name"),
     # schedules
     ("POST", "/v1/schedules"): Rule("schedules.write"),
     ("POST", "/v1/schedules/preview"): Rule("jobs.read"),

@@ -24,11 +24,9 @@ router = APIRouter(prefix="/v1", tags=["jobs"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
-def view(job: Job, engine: Engine) -> dict[str, Any]:
-    """A job as the API shows it, with why it waits when no agent can take it."""
-    out = job_to_dict(job)
-    out["waiting_for"] = engine.hub.waiting_for(job)
-    return out
+async def view(job: Job, engine: Engine) -> dict[str, Any]:
+    """A job as the API shows it, with why it waits when it cannot start (see Engine.waiting_for)."""
+    return dict(job_to_dict(job), waiting_for=(await engine.waiting_for([job]))[job.id])
 
 
 @router.post(
@@ -42,7 +40,7 @@ async def create_job(body: JobCreate, engine: EngineDep, request: Request) -> JS
     """Store a job and return it (200 with the existing job if its idempotency key was used before)."""
     await require(request, "jobs.write", [body.queue])
     job, created = (await engine.submit([body.to_spec()]))[0]
-    out = view(job, engine)
+    out = await view(job, engine)
     if not created:
         out["deduplicated"] = True  # its idempotency key was used before: this is that job
     return JSON(out, status_code=201 if created else 200)
@@ -100,7 +98,8 @@ async def list_jobs(
     ordering = parse_order(sort, order, cursor)
     _check_cursor(ordering.after)
     jobs = await engine.store.list_jobs(flt, None, limit, ordering)
-    out: dict[str, Any] = {"jobs": [view(j, engine) for j in jobs], "next_cursor": next_cursor(jobs, limit, ordering),
+    why = await engine.waiting_for(jobs)
+    out: dict[str, Any] = {"jobs": [dict(job_to_dict(j), waiting_for=why[j.id]) for j in jobs], "next_cursor": next_cursor(jobs, limit, ordering),
                            "sort": sort, "order": order}  # fmt: skip
     if count:
         out["total"], out["total_exact"] = await engine.store.count_jobs(flt)
@@ -179,7 +178,7 @@ async def bulk_action(body: BulkAction, engine: EngineDep, request: Request) -> 
 
 @router.get("/jobs/{job_id:id}", summary="Get a job", response_model=JobView)
 async def get_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
-    return JSON(view(await engine.store.get_job(job_id), engine))
+    return JSON(await view(await engine.store.get_job(job_id), engine))
 
 
 @router.get("/jobs/{job_id:id}/output", summary="The output tail of a job's latest attempt (live while it runs)",
@@ -214,26 +213,26 @@ async def get_job_events(
 @router.post("/jobs/{job_id:id}/cancel", summary="Cancel a job (a running one is stopped first)", response_model=JobView,
              responses=errors(409))  # fmt: skip
 async def cancel_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
-    return JSON(view(await engine.cancel(job_id), engine))
+    return JSON(await view(await engine.cancel(job_id), engine))
 
 
 @router.post("/jobs/{job_id:id}/pause", summary="Pause a waiting job", response_model=JobView, responses=errors(409))
 async def pause_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
-    return JSON(view(await engine.pause(job_id), engine))
+    return JSON(await view(await engine.pause(job_id), engine))
 
 
 @router.post("/jobs/{job_id:id}/resume", summary="Resume a paused job", response_model=JobView, responses=errors(409))
 async def resume_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
-    return JSON(view(await engine.resume(job_id), engine))
+    return JSON(await view(await engine.resume(job_id), engine))
 
 
 @router.post("/jobs/{job_id:id}/retry", summary="Run a finished job again; replays a dead one", response_model=JobView,
              responses=errors(409))  # fmt: skip
 async def retry_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
-    return JSON(view(await engine.retry(job_id), engine))
+    return JSON(await view(await engine.retry(job_id), engine))
 
 
 @router.post("/jobs/{job_id:id}/priority", summary="Set the priority of a waiting job", response_model=JobView,
              responses=errors(409))  # fmt: skip
 async def set_priority(job_id: JobIdPath, body: PriorityChange, engine: EngineDep) -> JSON:
-    return JSON(view(await engine.set_priority(job_id, body.priority), engine))
+    return JSON(await view(await engine.set_priority(job_id, body.priority), engine))

@@ -1,4 +1,4 @@
-"""Routes for queues: list with depth and running counts, pause, resume, concurrency."""
+"""Routes for queues: list with depth and running counts, pause, resume, concurrency, rate limits."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from core.api.app import JSON
 from core.api.deps import Route, get_engine
 from core.api.fields import QueuePath
 from core.api.responses import QueueList, QueueSettings
-from core.api.schemas import ConcurrencyChange
+from core.api.schemas import ConcurrencyChange, QueueChange
 from core.engine import Engine
 
 router = APIRouter(prefix="/v1", tags=["queues"], route_class=Route)
@@ -38,3 +38,9 @@ async def resume_queue(name: QueuePath, engine: EngineDep) -> JSON:
             response_model=QueueSettings)  # fmt: skip
 async def set_concurrency(name: QueuePath, body: ConcurrencyChange, engine: EngineDep) -> JSON:
     return JSON(await engine.update_queue(name, concurrency=body.concurrency))
+
+
+@router.patch("/queues/{name}", summary="Change a queue's settings: pause, concurrency, rate limit",
+              response_model=QueueSettings)  # fmt: skip
+async def change_queue(name: QueuePath, body: QueueChange, engine: EngineDep) -> JSON:
+    return JSON(await engine.update_queue(name, **body.changes()))

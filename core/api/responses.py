@@ -153,6 +153,8 @@ class QueueView(_Out):
     name: str
     paused: bool
     concurrency: int | None
+    rate_limit: float | None = Field(description="jobs started per second across all nodes; null: none")
+    rate_burst: int | None = Field(description="starts the rate limit allows at once; null: the default")
     depth: int = Field(description="queued jobs")
     running: int
     scheduled: int = Field(description="jobs waiting for their time (scheduled, or failed and retrying)")
@@ -171,6 +173,8 @@ class QueueSettings(_Out):
     name: str
     paused: bool
     concurrency: int | None
+    rate_limit: float | None
+    rate_burst: int | None
 
 
 class ScheduleView(_Out):

@@ -139,7 +139,7 @@ async def resume_schedule(schedule_id: ScheduleIdPath, engine: EngineDep) -> JSO
              response_model=JobView)  # fmt: skip
 async def run_schedule(schedule_id: ScheduleIdPath, engine: EngineDep) -> JSON:
     job = await engine.run_schedule_now(schedule_id)
-    return JSON(dict(job_to_dict(job), waiting_for=engine.hub.waiting_for(job)), status_code=201)
+    return JSON(dict(job_to_dict(job), waiting_for=(await engine.waiting_for([job]))[job.id]), status_code=201)
 
 
 @router.get("/schedules/{schedule_id:id}/preview", summary="The next N fire times, local and UTC",

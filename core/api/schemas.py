@@ -40,6 +40,7 @@ from core.api.fields import (
     check_time_range,
     whole,
 )
+from core.flow import RATE_MAX
 from core.model import PRIORITY_MAX, PRIORITY_MIN
 from core.schedule import validate_cron
 
@@ -239,6 +240,38 @@ class ConcurrencyChange(_Strict):
     finish), null removes the limit."""
 
     concurrency: Annotated[int, Field(ge=0, le=1_000_000, strict=True), BeforeValidator(whole)] | None
+
+
+Concurrency = Annotated[int, Field(ge=0, le=1_000_000, strict=True), BeforeValidator(whole)]
+RatePerSecond = Annotated[float, Field(gt=0, le=RATE_MAX, allow_inf_nan=False, strict=True)]
+Burst = Annotated[int, Field(ge=1, le=1_000_000, strict=True), BeforeValidator(whole)]
+
+
+class QueueChange(_Strict):
+    """Limits of a queue to change, live, on every node: a field left out keeps its value; null
+    removes that limit. At least one field. (Pause and resume have routes of their own.)"""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
+    concurrency: Concurrency | None = Field(None, description="how many of its jobs run at once across all agents")
+    rate_limit: RatePerSecond | None = Field(
+        None, description="jobs started per second across all nodes (0.5: one every 2 s); null: no rate limit"
+    )
+    rate_burst: Burst | None = Field(
+        None,
+        description="starts the rate limit allows at once after a quiet spell; null: a tenth of a "
+        "second's worth, at least 1",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> QueueChange:
+        if not self.model_fields_set:
+            raise ValueError("give at least one setting: concurrency, rate_limit or rate_burst")
+        return self
+
+    def changes(self) -> dict[str, Any]:
+        """The settings given, as the store takes them."""
+        return {k: getattr(self, k) for k in self.model_fields_set}
 
 
 #: A cron expression: 5 fields (minute hour day month weekday), 6 with seconds last, or a shortcut.

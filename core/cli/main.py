@@ -176,6 +176,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("name")
     s.add_argument("limit", help="a number (0: none start), or 'none' to remove the limit")
+    s = qs.add_parser(
+        "rate",
+        help="limit how many jobs of a queue start per second, over every node",
+        description="At most RATE jobs of the queue start per second, counted over every node (a token "
+        "bucket kept in the store). RATE is a number per second, or N/s, N/m, N/h ('600/m' is 10/s); "
+        "'none' removes the limit. --burst: starts allowed at once after a quiet spell (default: a "
+        "tenth of a second's worth, at least 1). Held jobs say so in their waiting_for.",
+    )
+    s.add_argument("name")
+    s.add_argument("rate", help="jobs per second (10, 0.5, 600/m, 100/h), or 'none' to remove the limit")
+    s.add_argument("--burst", type=int, help="starts allowed at once (default: a tenth of a second's worth)")
 
     sched = sub.add_parser("schedules", help="recurring and one-time schedules")
     sched.set_defaults(run=cmd_schedules)

@@ -87,7 +87,8 @@ def job_detail(data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-QUEUE_COLUMNS = (("name", 20), ("paused", 6), ("concurrency", 11), ("depth", 8), ("running", 8), ("scheduled", 9))
+QUEUE_COLUMNS = (("name", 20), ("paused", 6), ("concurrency", 11), ("rate_limit", 10), ("rate_burst", 10),
+                 ("depth", 8), ("running", 8), ("scheduled", 9))  # fmt: skip
 
 
 SCHEDULE_COLUMNS = (

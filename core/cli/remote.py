@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -28,6 +29,7 @@ from core.cli.output import (
 )
 from core.client import JobDeckClient
 from core.errors import JobDeckError
+from core.flow import default_burst, rate_text
 
 
 def _pairs(items: list[str] | None, sep: str, flag: str) -> dict[str, str]:
@@ -226,6 +228,12 @@ async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
             await c.queue_action(args.name, action),
             lambda q: f"queue {q['name']}: {'paused' if q['paused'] else 'running'}",
         )
+    elif action == "rate":
+        rate = parse_rate(args.rate)
+        changes: dict[str, Any] = {"rate_limit": rate}
+        if args.burst is not None or rate is None:
+            changes["rate_burst"] = args.burst
+        show(args, await c.update_queue(args.name, **changes), lambda q: rate_line(q, args))
     else:
         if args.limit.lower() in ("none", "off", "unlimited"):
             limit = None
@@ -240,6 +248,34 @@ async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
 def _second_zone_name(tz_name: str) -> str:
     other = second_zone(timetext.zone(tz_name))
     return "UTC" if str(other) == "UTC" else "your local time"
+
+
+_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(text: str) -> float | None:
+    """'10', '10/s', '600/m', '100/h' as jobs per second; 'none' as None."""
+    t = text.strip().lower()
+    if t in ("none", "off", "unlimited"):
+        return None
+    number, _, unit = t.partition("/")
+    try:
+        value = float(number)
+    except ValueError:
+        value = float("nan")
+    if unit not in ("", *_PER) or not math.isfinite(value) or value <= 0:
+        raise JobDeckError(f"rate must be a positive number per second, or N/s, N/m, N/h, or 'none'; not {text!r}",
+                           field="rate")  # fmt: skip
+    return value / _PER[unit or "s"]
+
+
+def rate_line(q: dict[str, Any], args: argparse.Namespace) -> str:
+    """What a queue's rate limit now means, and how to undo it."""
+    if q["rate_limit"] is None:
+        return f"queue {q['name']}: no rate limit"
+    burst = q["rate_burst"] if q["rate_burst"] is not None else default_burst(q["rate_limit"])
+    undo = f"`{getattr(args, 'prog', 'jobdeck')} queues rate {q['name']} none` removes the limit"
+    return f"queue {q['name']}: at most {rate_text(q['rate_limit'])} of its jobs start, {burst} at once ({undo})"
 
 
 def concurrency_line(q: dict[str, Any], args: argparse.Namespace) -> str:

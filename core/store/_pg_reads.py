@@ -14,7 +14,16 @@ import asyncpg
 from core.errors import NotFound
 from core.model import Job
 from core.store import _pg_sql as sql
-from core.store.base import FINISHED_EVENTS, Event, EventFilter, JobFilter, like_pattern, queue_view, stats_view
+from core.store.base import (
+    FINISHED_EVENTS,
+    QUEUE_SETTING_COLUMNS,
+    Event,
+    EventFilter,
+    JobFilter,
+    like_pattern,
+    queue_view,
+    stats_view,
+)
 from core.store.listing import JobOrder, order_sql, search_sql
 
 if TYPE_CHECKING:
@@ -110,8 +119,8 @@ async def list_queues(c: Conn) -> list[dict[str, Any]]:
     """Every queue with its settings and how many jobs wait and run in it."""
     counts = await _counts(c)
     out = []
-    for name, paused, concurrency in await c.fetch("SELECT name, paused, concurrency FROM queues ORDER BY name"):
-        out.append(queue_view(name, paused, concurrency, counts.get(name, {})))
+    for r in await c.fetch(f"SELECT name, {', '.join(QUEUE_SETTING_COLUMNS)} FROM queues ORDER BY name"):
+        out.append(queue_view(r[0], tuple(r[1:]), counts.get(r[0], {})))
     return out
 
 

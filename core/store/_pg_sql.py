@@ -105,7 +105,9 @@ NEXT_JOB_IDS = "SELECT nextval($1::regclass) FROM generate_series(1, $2)"
 # $1: the agent's labels as 'k=v' strings; a job needing labels goes only to an agent with all.
 # Paused and limited queues (as committed now) are left to the per-queue claims below.
 _CLAIMABLE = "state = 'queued' AND (labels = '' OR string_to_array(labels, ',') <@ $1::text[])"
-_NOT_HELD = "queue NOT IN (SELECT name FROM queues WHERE paused OR concurrency IS NOT NULL)"
+# Held queues are those whose claims must count first (core.flow.QueueLimits.held).
+_HELD = "paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL"
+_NOT_HELD = f"queue NOT IN (SELECT name FROM queues WHERE {_HELD})"
 CLAIM_ANY = (
     f"{SELECT_JOB} WHERE {_CLAIMABLE} AND queue <> ALL($2::text[]) AND {_NOT_HELD} "
     "ORDER BY sort_key, id LIMIT $3 FOR UPDATE SKIP LOCKED"
@@ -115,7 +117,7 @@ CLAIM_IN = (
     "ORDER BY sort_key, id LIMIT $3 FOR UPDATE SKIP LOCKED"
 )
 CLAIM_QUEUE = f"{SELECT_JOB} WHERE {_CLAIMABLE} AND queue = $2 ORDER BY sort_key, id LIMIT $3 FOR UPDATE SKIP LOCKED"
-LIMITED_QUEUES = "SELECT name FROM queues WHERE concurrency IS NOT NULL"
+LIMITED_QUEUES = "SELECT name FROM queues WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL"
 # A per-queue advisory lock, held to commit, makes count-then-claim atomic across nodes, so a
 # concurrency limit holds cluster-wide. Taken in name order (the subquery's), so two claimers
 # that need the same queues cannot deadlock. QUEUE_ROOMS runs after it, in a new snapshot.
@@ -123,9 +125,14 @@ LOCK_QUEUES = (
     "SELECT pg_advisory_xact_lock(7242, hashtext(q)) FROM (SELECT q FROM unnest($1::text[]) AS q ORDER BY q) s"
 )
 QUEUE_ROOMS = (
-    "SELECT q.name, q.paused, q.concurrency, "
+    "SELECT q.name, q.paused, q.concurrency, q.rate_limit, q.rate_burst, q.rate_tokens, q.rate_at, "
     "(SELECT count(*) FROM jobs j WHERE j.state = 'running' AND j.queue = q.name) "
     "FROM queues q WHERE q.name = ANY($1::text[])"
+)
+# The rate buckets after a claim, written before its commit (still under the queues' advisory locks).
+SAVE_BUCKETS = (
+    "UPDATE queues AS q SET rate_tokens = v.tokens, rate_at = v.at "
+    "FROM unnest($1::text[], $2::float8[], $3::float8[]) AS v(name, tokens, at) WHERE q.name = v.name"
 )
 
 # Promotion: due jobs in due order; rows another node is promoting are skipped, not waited for.

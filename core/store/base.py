@@ -10,6 +10,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import orjson
 
 from core.errors import JobDeckError, NotFound
+from core.flow import SETTINGS
 from core.model import Change, Job, iso, job_summary
 from core.schedule import Schedule
 from core.store.audit import AuditFilter, AuditScope
@@ -113,17 +114,34 @@ def split_by_idempotency(jobs: Sequence[Job], known: dict[str, Job]) -> tuple[li
     return out, new
 
 
-def queue_view(name: str, paused: bool, concurrency: int | None, by_state: dict[str, int]) -> dict[str, Any]:
-    """A queue as the API shows it: its settings and how many of its jobs wait and run."""
+#: The queues columns a store reads for a queue's settings, in this order (core.flow.SETTINGS).
+QUEUE_SETTING_COLUMNS = tuple(SETTINGS)
+
+
+def queue_settings_view(name: str, row: Sequence[Any]) -> dict[str, Any]:
+    """A queue's name and settings from a row of QUEUE_SETTING_COLUMNS."""
+    view = {"name": name, **dict(zip(QUEUE_SETTING_COLUMNS, row, strict=True))}
+    view["paused"] = bool(view["paused"])
+    return view
+
+
+def queue_view(name: str, row: Sequence[Any], by_state: dict[str, int]) -> dict[str, Any]:
+    """A queue as the API shows it: its settings (a row of QUEUE_SETTING_COLUMNS) and how many of its
+    jobs wait and run."""
     return {
-        "name": name,
-        "paused": bool(paused),
-        "concurrency": concurrency,
+        **queue_settings_view(name, row),
         "depth": by_state.get("queued", 0),
         "running": by_state.get("running", 0),
         "scheduled": by_state.get("scheduled", 0) + by_state.get("failed", 0),
         "counts": by_state,
     }
+
+
+def queue_event(changes: dict[str, Any]) -> str:
+    """The event type of a change of queue settings."""
+    if "paused" in changes:
+        return "queue.paused" if changes["paused"] else "queue.resumed"
+    return "queue.updated"
 
 
 FINISHED_EVENTS = ("job.succeeded", "job.failed", "job.dead", "job.cancelled")
@@ -246,6 +264,13 @@ class ClaimRequest:
     paused: frozenset[str] = frozenset()  # queues not to take from
     caps: dict[str, int] = field(default_factory=dict)  # queue -> how many more may run
     labels: dict[str, str] = field(default_factory=dict)  # the agent's labels
+    # Set by the store: when a queue's rate limit, which held jobs back, has its next start.
+    wake_at: float | None = None
+
+    def note_wake(self, at: float | None) -> None:
+        """Remember the earliest time a limit will let another job start."""
+        if at is not None and (self.wake_at is None or at < self.wake_at):
+            self.wake_at = at
 
 
 class Store(Protocol):

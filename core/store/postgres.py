@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,6 +19,7 @@ import asyncpg
 
 from core.config import masked_url
 from core.errors import JobDeckError, NotFound, Unavailable
+from core.flow import UNLIMITED, Bucket, QueueLimits, claim_room
 from core.model import Job, Policy, decide_claim, decide_promote, utcnow
 from core.schedule import Schedule, schedule_to_dict
 from core.store import _pg_reads as reads
@@ -26,7 +28,18 @@ from core.store import audit
 from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
 from core.store._pg_writes import JobChanges, insert_jobs
 from core.store.audit import AuditFilter
-from core.store.base import ClaimRequest, Decide, Event, EventFilter, JobFilter, apply_decisions, split_by_idempotency
+from core.store.base import (
+    QUEUE_SETTING_COLUMNS,
+    ClaimRequest,
+    Decide,
+    Event,
+    EventFilter,
+    JobFilter,
+    apply_decisions,
+    queue_event,
+    queue_settings_view,
+    split_by_idempotency,
+)
 from core.store.listing import JobOrder
 from core.store.relay_cursors import PostgresRelayCursors
 
@@ -248,13 +261,16 @@ class PostgresStore(PostgresRelayCursors):
                 self._limited_at = time.monotonic()
             capped = sorted(q for q in set(req.caps) | self._limited if takeable(q))
             rooms = {q: min(req.limit, req.caps.get(q, req.limit)) for q in capped}
+            buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
             if capped:
                 await c.execute(sql.LOCK_QUEUES, capped)
-                for name, paused, concurrency, running in await c.fetch(sql.QUEUE_ROOMS, capped):
-                    if paused:
-                        rooms[name] = 0
-                    elif concurrency is not None:
-                        rooms[name] = min(rooms[name], concurrency - running)
+                for name, paused, concurrency, rate, burst, tokens, at, running in await c.fetch(
+                    sql.QUEUE_ROOMS, capped
+                ):
+                    limits = QueueLimits(paused, concurrency, rate, burst)
+                    rooms[name] = claim_room(limits, running, Bucket(tokens, at), now, rooms[name])
+                    if rate is not None:
+                        buckets[name] = (limits, Bucket(tokens, at))
             skip = sorted(set(req.paused) | set(req.caps) | set(capped))
             rows: list[asyncpg.Record] = []
             if req.queues is None:
@@ -271,6 +287,13 @@ class PostgresStore(PostgresRelayCursors):
             applier = JobChanges(tx)
             claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in jobs]
             await applier.flush()
+            if buckets:
+                started = Counter(j.queue for j in claimed)
+                after = {q: b.take(limits, now, started[q]) for q, (limits, b) in buckets.items()}
+                names = sorted(after)
+                await c.execute(sql.SAVE_BUCKETS, names, [after[q].tokens for q in names], [after[q].at for q in names])
+                for q, b in after.items():
+                    req.note_wake(b.next_token_at(buckets[q][0], now))
             return claimed
 
         return await self._write(op)
@@ -322,37 +345,50 @@ class PostgresStore(PostgresRelayCursors):
         return await self._read(reads.list_queues)
 
     async def update_queue(self, name: str, changes: dict[str, Any], now: float) -> dict[str, Any]:
-        """Pause, resume or set the concurrency of a queue (which must exist)."""
+        """Change settings of a queue (which must exist): pause, concurrency, rate limit (core.flow.SETTINGS).
+        A new rate limit starts with a full bucket."""
+        cols = ", ".join(QUEUE_SETTING_COLUMNS)
 
         async def op(tx: PgTx) -> dict[str, Any]:
             c = tx.conn
-            row = await c.fetchrow("SELECT paused, concurrency FROM queues WHERE name = $1 FOR UPDATE", name)
+            row = await c.fetchrow(f"SELECT {cols} FROM queues WHERE name = $1 FOR UPDATE", name)
             if row is None:
                 raise NotFound(f"no queue named {name!r}", field="queue")
-            state = {"paused": row[0], "concurrency": row[1]}
+            before = queue_settings_view(name, tuple(row))
             if tx.audit is not None:
-                tx.audit.note_before(f"queue:{name}", dict(state))
-            state.update(changes)
+                tx.audit.note_before(f"queue:{name}", {k: v for k, v in before.items() if k != "name"})
+            view = {**before, **changes}
+            n = len(QUEUE_SETTING_COLUMNS)
+            sets = ", ".join(f"{k} = ${i}" for i, k in enumerate(QUEUE_SETTING_COLUMNS, 1))
+            refill = ", rate_tokens = NULL, rate_at = NULL" if {"rate_limit", "rate_burst"} & set(changes) else ""
             await c.execute(
-                "UPDATE queues SET paused = $1, concurrency = $2, updated_at = $3 WHERE name = $4",
-                bool(state["paused"]),
-                state["concurrency"],
+                f"UPDATE queues SET {sets}{refill}, updated_at = ${n + 1} WHERE name = ${n + 2}",
+                *(view[k] for k in QUEUE_SETTING_COLUMNS),
                 now,
                 name,
             )
-            event = "queue.updated"
-            if "paused" in changes:
-                event = "queue.paused" if changes["paused"] else "queue.resumed"
-            view = {"name": name, **state}
-            tx.emit(event, None, name, {"queue": view})
+            tx.emit(queue_event(changes), None, name, {"queue": view})
             self._limited_at = float("-inf")  # the next claim reads the limits again
             return view
 
         return await self._write(op)
 
-    async def queue_settings(self) -> dict[str, tuple[bool, int | None]]:
-        """name -> (paused, concurrency) for every queue."""
-        return {r[0]: (r[1], r[2]) for r in await self._fetch("SELECT name, paused, concurrency FROM queues")}
+    async def queue_settings(self) -> dict[str, QueueLimits]:
+        """name -> settings, for every queue."""
+        rows = await self._fetch(f"SELECT name, {', '.join(QUEUE_SETTING_COLUMNS)} FROM queues")
+        return {r[0]: QueueLimits.of(queue_settings_view(r[0], tuple(r[1:]))) for r in rows}
+
+    async def queue_flow(self, name: str, key: str | None = None) -> tuple[QueueLimits, int, Bucket]:
+        """A queue's settings, how many of its jobs run, and its rate bucket (for `waiting_for`)."""
+        n = len(QUEUE_SETTING_COLUMNS)
+        query = (
+            f"SELECT {', '.join(QUEUE_SETTING_COLUMNS)}, rate_tokens, rate_at, "
+            "(SELECT count(*) FROM jobs WHERE state = 'running' AND queue = $1) FROM queues WHERE name = $1"
+        )
+        row = await self._read(lambda c: c.fetchrow(query, name))
+        if row is None:
+            return UNLIMITED, 0, Bucket(None, None)
+        return QueueLimits.of(queue_settings_view(name, tuple(row[:n]))), int(row[n + 2]), Bucket(row[n], row[n + 1])
 
     # -- schedules
 

@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 import orjson
 
 from core.errors import JobDeckError, NotFound, Unavailable
+from core.flow import UNLIMITED, Bucket, QueueLimits
 from core.model import (
     Job,
     Policy,
@@ -31,6 +33,7 @@ from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
 from core.store.audit import AuditFilter
 from core.store.base import (
     FINISHED_EVENTS,
+    QUEUE_SETTING_COLUMNS,
     ClaimRequest,
     Decide,
     Event,
@@ -38,6 +41,8 @@ from core.store.base import (
     JobChanges,
     JobFilter,
     apply_decisions,
+    queue_event,
+    queue_settings_view,
     queue_view,
     split_by_idempotency,
     stats_view,
@@ -72,6 +77,8 @@ CLAIM_QUEUE = (
     f"{_SELECT_JOB} INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? "
     "AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id LIMIT ?"
 )
+# Every queue, with its rate bucket (a claim walks each takeable one; core/flow.py spends the bucket).
+CLAIM_QUEUES = "SELECT name, rate_limit, rate_burst, rate_tokens, rate_at FROM queues"
 PROMOTE_DUE = (
     "SELECT id FROM jobs INDEXED BY jobs_due WHERE state IN ('scheduled', 'failed') AND run_at <= ? "
     "ORDER BY run_at LIMIT ?"
@@ -468,16 +475,21 @@ class SQLiteStore(SQLiteRelayCursors):
         Each takeable queue is walked in its own claim index (jobs_claim_queue: queue, sort_key, id)
         and the walks are merged lazily, so a claim reads about `limit` rows whatever the backlog:
         neither 500,000 queued jobs nor 100,000 waiting in a paused queue ahead of them make it sort
-        or skip anything. A capped queue's walk stops at its room."""
+        or skip anything. A capped queue's walk stops at its room; a rate-limited queue's at the
+        tokens in its bucket, which the claim then spends (exact: one writer)."""
 
         def op(tx: Tx) -> list[Job]:
             c = tx.conn
             labels = labels_text(req.labels)
             walks = []
-            for (queue,) in c.execute("SELECT name FROM queues").fetchall():
+            buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
+            for queue, rate, burst, tokens, at in c.execute(CLAIM_QUEUES).fetchall():
                 if queue in req.paused or (req.queues is not None and queue not in req.queues):
                     continue
                 room = min(req.caps.get(queue, req.limit), req.limit)
+                if rate is not None:
+                    buckets[queue] = (QueueLimits(rate_limit=rate, rate_burst=burst), Bucket(tokens, at))
+                    room = min(room, buckets[queue][1].room(buckets[queue][0], now))
                 if room > 0:
                     walks.append(c.execute(CLAIM_QUEUE, (queue, labels, room)))
             rows = list(islice(heapq.merge(*walks, key=lambda r: (r[5], r[0])), req.limit))
@@ -486,6 +498,13 @@ class SQLiteStore(SQLiteRelayCursors):
             applier = _Applier(tx)
             claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in map(_job, rows)]
             applier.flush()
+            if buckets:
+                started = Counter(j.queue for j in claimed)
+                for queue, (limits, bucket) in buckets.items():
+                    after = bucket.take(limits, now, started[queue])
+                    c.execute("UPDATE queues SET rate_tokens = ?, rate_at = ? WHERE name = ?",
+                              (after.tokens, after.at, queue))  # fmt: skip
+                    req.note_wake(after.next_token_at(limits, now))
             return claimed
 
         return await self._write(op)
@@ -538,41 +557,55 @@ class SQLiteStore(SQLiteRelayCursors):
             counts: dict[str, dict[str, int]] = {}
             for queue, state, n in c.execute("SELECT queue, state, count(*) FROM jobs GROUP BY queue, state"):
                 counts.setdefault(queue, {})[state] = n
-            out = []
-            for name, paused, concurrency in c.execute("SELECT name, paused, concurrency FROM queues ORDER BY name"):
-                out.append(queue_view(name, paused, concurrency, counts.get(name, {})))
-            return out
+            sql = f"SELECT name, {', '.join(QUEUE_SETTING_COLUMNS)} FROM queues ORDER BY name"
+            return [queue_view(r[0], r[1:], counts.get(r[0], {})) for r in c.execute(sql)]
 
         return await self._read(q)
 
     async def update_queue(self, name: str, changes: dict[str, Any], now: float) -> dict[str, Any]:
-        """Pause, resume or set the concurrency of a queue (which must exist)."""
+        """Change settings of a queue (which must exist): pause, concurrency, rate limit (core.flow.SETTINGS).
+        A new rate limit starts with a full bucket."""
+        cols = ", ".join(QUEUE_SETTING_COLUMNS)
 
         def op(tx: Tx) -> dict[str, Any]:
-            row = tx.conn.execute("SELECT paused, concurrency FROM queues WHERE name = ?", (name,)).fetchone()
+            row = tx.conn.execute(f"SELECT {cols} FROM queues WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise NotFound(f"no queue named {name!r}", field="queue")
-            state = {"paused": bool(row[0]), "concurrency": row[1]}
+            before = queue_settings_view(name, row)
             if tx.audit is not None:
-                tx.audit.note_before(f"queue:{name}", dict(state))
-            state.update(changes)
+                tx.audit.note_before(f"queue:{name}", {k: v for k, v in before.items() if k != "name"})
+            view = {**before, **changes}
+            sets = ", ".join(f"{k} = ?" for k in QUEUE_SETTING_COLUMNS)
+            refill = ", rate_tokens = NULL, rate_at = NULL" if {"rate_limit", "rate_burst"} & set(changes) else ""
             tx.conn.execute(
-                "UPDATE queues SET paused = ?, concurrency = ?, updated_at = ? WHERE name = ?",
-                (int(state["paused"]), state["concurrency"], now, name),
+                f"UPDATE queues SET {sets}{refill}, updated_at = ? WHERE name = ?",
+                (*(_db_value(k, view[k]) for k in QUEUE_SETTING_COLUMNS), now, name),
             )
-            event = "queue.updated"
-            if "paused" in changes:
-                event = "queue.paused" if changes["paused"] else "queue.resumed"
-            view = {"name": name, **state}
-            tx.emit(event, None, name, {"queue": view})
+            tx.emit(queue_event(changes), None, name, {"queue": view})
             return view
 
         return await self._write(op)
 
-    async def queue_settings(self) -> dict[str, tuple[bool, int | None]]:
-        """name -> (paused, concurrency) for every queue."""
-        sql = "SELECT name, paused, concurrency FROM queues"
-        return await self._read(lambda c: {n: (bool(p), k) for n, p, k in c.execute(sql)})
+    async def queue_settings(self) -> dict[str, QueueLimits]:
+        """name -> settings, for every queue."""
+        sql = f"SELECT name, {', '.join(QUEUE_SETTING_COLUMNS)} FROM queues"
+        return await self._read(
+            lambda c: {r[0]: QueueLimits.of(queue_settings_view(r[0], r[1:])) for r in c.execute(sql)}
+        )
+
+    async def queue_flow(self, name: str, key: str | None = None) -> tuple[QueueLimits, int, Bucket]:
+        """A queue's settings, how many of its jobs run, and its rate bucket (for `waiting_for`)."""
+        cols = ", ".join(QUEUE_SETTING_COLUMNS)
+
+        def q(c: sqlite3.Connection) -> tuple[QueueLimits, int, Bucket]:
+            row = c.execute(f"SELECT {cols}, rate_tokens, rate_at FROM queues WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                return UNLIMITED, 0, Bucket(None, None)
+            n = len(QUEUE_SETTING_COLUMNS)
+            running = c.execute("SELECT count(*) FROM jobs WHERE state = 'running' AND queue = ?", (name,)).fetchone()
+            return QueueLimits.of(queue_settings_view(name, row[:n])), int(running[0]), Bucket(row[n], row[n + 1])
+
+        return await self._read(q)
 
     # -- schedules
 

@@ -56,6 +56,7 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
         lambda o: ("/v1/queues/payments/concurrency", {"concurrency": 3}),
         {A},
     ),
+    ("PATCH", "/v1/queues/{name}"): (lambda o: ("/v1/queues/payments", {"rate_limit": 5}), {A}),
     ("POST", "/v1/schedules"): (lambda o: ("/v1/schedules", SCHEDULE), {OP, A}),
     ("POST", "/v1/schedules/preview"): (lambda o: ("/v1/schedules/preview", {"cron": "*/5 * * * *"}), {R, OP, A}),
     ("GET", "/v1/schedules"): (lambda o: ("/v1/schedules", None), {R, OP, A}),

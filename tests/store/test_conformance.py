@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from core.errors import Conflict, NotFound
+from core.flow import QueueLimits
 from core.model import (
     Job,
     RunResult,
@@ -543,9 +544,9 @@ async def test_queues_are_created_by_jobs_and_updated(kit: StoreKit) -> None:
     assert list(queues) == ["batch", "mail"]
     assert (queues["mail"]["depth"], queues["mail"]["scheduled"], queues["batch"]["running"]) == (1, 1, 1)
     view = await s.update_queue("mail", {"paused": True}, now)
-    assert view == {"name": "mail", "paused": True, "concurrency": None}
+    assert view == {"name": "mail", "paused": True, "concurrency": None, "rate_limit": None, "rate_burst": None}
     await s.update_queue("mail", {"concurrency": 4}, now)
-    assert await s.queue_settings() == {"batch": (False, None), "mail": (True, 4)}
+    assert await s.queue_settings() == {"batch": QueueLimits(), "mail": QueueLimits(paused=True, concurrency=4)}
     with pytest.raises(NotFound):
         await s.update_queue("nope", {"paused": True}, now)
     assert [e.type for e in kit.committed if e.type.startswith("queue.")] == ["queue.paused", "queue.updated"]

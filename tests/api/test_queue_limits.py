@@ -1,0 +1,74 @@
+"""Queue limits through the API on a real node with its local agent: PATCH /v1/queues/{name}, the
+rate a rate limit lets through (the dispatcher wakes for the next token, not its 1 s poll), and the
+waiting_for that names the limit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from tests.api.test_bad_input import refused
+from tests.conftest import RunningNode
+
+NOOP = {"kind": "python", "function": "agents.builtin:noop"}
+
+
+@pytest.fixture
+async def http(running: RunningNode) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=running.url, timeout=30) as client:
+        yield client
+
+
+async def test_bad_queue_settings_are_a_422_naming_the_field_and_change_nothing(
+    running: RunningNode, http: httpx.AsyncClient
+) -> None:
+    await running.client.submit({"task": NOOP, "queue": "mail", "delay": 3600})
+    before = [q for q in await running.client.queues() if q["name"] == "mail"]
+    refused(await http.patch("/v1/queues/mail", json={"rate_limit": 0}), "rate_limit", "greater than 0")
+    refused(await http.patch("/v1/queues/mail", json={"rate_limit": "5"}), "rate_limit", "not a string")
+    refused(await http.patch("/v1/queues/mail", json={"rate_limit": 5, "rate_burst": 0}), "rate_burst")
+    refused(await http.patch("/v1/queues/mail", json={"concurrency": -1}), "concurrency")
+    refused(await http.patch("/v1/queues/mail", json={}), None, "at least one setting")
+    refused(await http.patch("/v1/queues/mail", json={"rate": 5}), "rate")
+    refused(await http.patch("/v1/queues/nope", json={"rate_limit": 5}), "queue", "no queue named", status=404)
+    assert [q for q in await running.client.queues() if q["name"] == "mail"] == before, "a refused change changed it"
+    ok = await running.client.update_queue("mail", rate_limit=2.5, rate_burst=4)
+    assert ok == {"name": "mail", "paused": False, "concurrency": None, "rate_limit": 2.5, "rate_burst": 4}
+    [q] = [q for q in await running.client.queues() if q["name"] == "mail"]
+    assert (q["rate_limit"], q["rate_burst"]) == (2.5, 4)
+    left = await running.client.update_queue("mail", concurrency=3)
+    assert (left["rate_limit"], left["concurrency"]) == (2.5, 3), "a field left out keeps its value"
+
+
+async def test_a_rate_limited_queue_starts_jobs_at_its_rate(running: RunningNode) -> None:
+    c = running.client
+    await c.submit({"task": NOOP, "queue": "paced", "delay": 3600})  # the queue exists: set its limit first
+    await c.update_queue("paced", rate_limit=20.0, rate_burst=1)
+    jobs = [(await c.submit({"task": NOOP, "queue": "paced"}))["id"] for _ in range(40)]
+    for j in jobs:
+        await c.wait_for(j, timeout=60)
+    claimed = sorted([(await c.attempts(j))[0]["claimed_at"] for j in jobs])
+    spread = claimed[-1] - claimed[0]
+    # 40 starts, one token at a time at 20/s: the first at once, 39 more 50 ms apart at the soonest.
+    assert spread >= 39 / 20 - 0.05, f"40 jobs started within {spread:.2f} s: faster than 20/s"
+    # Woken for each token, not by the 1 s safety poll (which would take ~39 s); generous for a loaded box.
+    assert spread < 12, f"40 jobs took {spread:.2f} s to start at 20/s: the dispatcher is not woken by the bucket"
+
+
+async def test_waiting_for_names_the_rate_limit_and_clears_when_it_is_lifted(running: RunningNode) -> None:
+    c = running.client
+    await c.submit({"task": NOOP, "queue": "slow", "delay": 3600})
+    await c.update_queue("slow", rate_limit=0.01, rate_burst=1)
+    first = await c.submit({"task": NOOP, "queue": "slow"})
+    await c.wait_for(first["id"], timeout=30)
+    held = await c.submit({"task": NOOP, "queue": "slow"})
+    job = await c.get_job(held["id"])  # the first start took the only token for 100 s
+    assert job["state"] == "queued", job
+    assert job["waiting_for"] == "queue 'slow' is at its rate limit of 0.01/s (one every 100 s) (burst 1)", job
+    listed = [j for j in (await c.list_jobs(queue="slow", state="queued"))["jobs"] if j["id"] == held["id"]]
+    assert listed and listed[0]["waiting_for"] == job["waiting_for"], listed
+    await c.update_queue("slow", rate_limit=None)
+    done = await c.wait_for(held["id"], timeout=30)
+    assert done["state"] == "succeeded", done
