@@ -36,7 +36,7 @@ from core.model import (
     utcnow,
 )
 from core.protocol import Channel, ChannelClosed
-from core.schedule import ONCE_SLACK_SECONDS, Schedule, next_fire_times
+from core.schedule import ONCE_SLACK_SECONDS, Schedule, next_fire_times, plan_fires
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
 
 log = logging.getLogger("jobdeck.engine")
@@ -45,6 +45,7 @@ SAFETY_POLL = 1.0  # seconds; loops are woken explicitly, this only bounds a mis
 PRUNE_EVERY = 600.0
 PROMOTE_BATCH = 1000
 FINISHED = frozenset({"job.succeeded", "job.dead", "job.cancelled"})
+CATCH_UP_LOOKBACK = 366 * 86400.0  # a resumed schedule's missed fire times are looked for this far back
 CATCH_UP_FILTER = EventFilter(types=frozenset({"queue.*", "job.cancel_requested"}))
 
 
@@ -248,17 +249,25 @@ class Engine:
         self._wake_schedules.set()
         return s
 
-    async def update_schedule(self, s: Schedule, event: str = "schedule.updated") -> Schedule:
-        """Write a changed schedule; its next fire time is computed again."""
+    async def update_schedule(self, s: Schedule, event: str = "schedule.updated", resumed: bool = False) -> Schedule:
+        """Write a changed schedule; its next fire time is computed again. A `resumed` schedule's
+        fire times that passed while it was paused are missed ones: its catch-up policy decides."""
         now = self.clock()
         s.updated_at = now
         s.next_fire_at = None if s.paused else self._first_fire(s, now)
+        if resumed:
+            s.paused_reason, s.failures = None, 0
+            if s.kind != "once" and s.next_fire_at is not None:
+                since = max(s.last_fire_at or s.created_at, now - CATCH_UP_LOOKBACK)
+                first_missed = next_fire_times(s, since, 1)
+                if first_missed and first_missed[0] <= now:
+                    s.next_fire_at = first_missed[0]  # due at once: the schedule loop applies the catch-up policy
         s = await self.store.update_schedule(s, event)
         self._wake_schedules.set()
         return s
 
     async def set_schedule_paused(self, schedule_id: int, paused: bool) -> Schedule:
-        """Pause or resume a schedule."""
+        """Pause or resume a schedule (resuming clears the reason it paused itself)."""
         s = await self.store.get_schedule(schedule_id)
         if s.paused == paused:
             raise Conflict(
@@ -266,28 +275,30 @@ class Engine:
                 state="paused" if paused else "active",
             )
         s.paused = paused
-        return await self.update_schedule(s, "schedule.paused" if paused else "schedule.resumed")
+        return await self.update_schedule(s, "schedule.paused" if paused else "schedule.resumed", resumed=not paused)
 
     async def run_schedule_now(self, schedule_id: int) -> Job:
-        """Make one job from the schedule's template now, outside its timetable."""
+        """Make one job from the schedule's template now, outside its timetable and its policies."""
         s = await self.store.get_schedule(schedule_id)
-        job = build_job(dict(s.job, run_at=None, delay=None), self.clock(), self.policy)
-        made = await self.store.fire_schedule(s, None, job, s.next_fire_at)
-        assert made is not None
-        self._after_submit([made])
-        return made
+        fired = await self.store.fire_schedule(s, None, self._job_maker(s, self.clock()))
+        assert fired is not None and fired.jobs
+        self._after_submit(fired.jobs)
+        return fired.jobs[0]
+
+    def _job_maker(self, s: Schedule, now: float) -> Callable[[float | None], Job]:
+        def make(fire_time: float | None) -> Job:
+            return build_job(dict(s.job, run_at=fire_time, delay=None), now, self.policy)
+
+        return make
 
     async def _fire_due_schedules(self) -> None:
         now = self.clock()
         for s in await self.store.due_schedules(now):
-            fire_time = s.next_fire_at
-            assert fire_time is not None
-            # Misfire policy for now: after downtime, fire the first missed time once, then resume.
-            following = next_fire_times(s, max(now, fire_time), 1)
-            job = build_job(dict(s.job, run_at=fire_time, delay=None), now, self.policy)
-            made = await self.store.fire_schedule(s, fire_time, job, following[0] if following else None)
-            if made is not None:
-                self._after_submit([made])
+            # catch-up (which due times run) here; overlap (what runs beside what) in the store's transaction
+            plan = plan_fires(s, now)
+            fired = await self.store.fire_schedule(s, plan, self._job_maker(s, now))
+            if fired is not None:
+                self._after_submit(fired.jobs)
 
     # ------------------------------------------------------------ agents
 

@@ -302,6 +302,13 @@ def decide_promote(job: Job, now: float, policy: Policy) -> Change:
     return _move(job, S.QUEUED, "promote", now, **_enqueue_fields(job, job.run_at, policy))
 
 
+def decide_release(job: Job, now: float, policy: Policy) -> Change:
+    """A run its schedule buffered (blocked until the runs before it ended) may start now."""
+    if job.state != S.BLOCKED:
+        raise Conflict(f"job {job.id} is not waiting for an earlier run", state=job.state, job_id=job.id)
+    return _move(job, S.QUEUED, "release", now, **_enqueue_fields(job, now, policy))
+
+
 def decide_claim(job: Job, agent: str, now: float, policy: Policy) -> Change:
     """An agent takes the job: a new attempt, a lease, and the attempt number as fencing token."""
     attempt = job.attempt + 1

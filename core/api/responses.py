@@ -189,9 +189,19 @@ class ScheduleView(_Out):
     timezone: str
     job: JobTemplate
     paused: bool
+    paused_reason: str | None = Field(
+        description="why the schedule paused itself (null: it runs, or a person paused it)"
+    )
+    overlap: Literal["skip", "buffer_one", "buffer_all", "cancel_previous", "allow"]
+    catch_up: Literal["latest", "none", "all"]
+    catch_up_window: float
     next_fire_at: datetime | None = Field(description="null when paused, or when a one-time schedule has fired")
     last_fire_at: datetime | None
-    fired: int
+    fired: int = Field(description="jobs made (buffered runs included)")
+    skipped: int = Field(description="fire times the overlap policy skipped (each one is a schedule.skipped event)")
+    last_skipped_at: datetime | None
+    missed: int = Field(description="fire times missed during downtime or a pause (schedule.missed events)")
+    failures: int = Field(description="consecutive runs that ended dead")
     created_at: datetime
     updated_at: datetime
 

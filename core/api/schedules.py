@@ -66,6 +66,7 @@ async def create_schedule(body: ScheduleCreate, engine: EngineDep, request: Requ
     s = Schedule(0, body.name, "once", None, None, None, body.timezone or "UTC", now, body.job.to_spec(),
                  body.paused, None, None, now, now)  # fmt: skip
     _apply_timing(s, body, now)
+    s.policy = s.policy.replace(**body.policy_changes())
     return JSON(schedule_to_dict(await engine.create_schedule(s)), status_code=201)
 
 
@@ -106,11 +107,12 @@ async def update_schedule(schedule_id: ScheduleIdPath, body: ScheduleUpdate, eng
         s.name = body.name
     if body.job is not None:
         s.job = body.job.to_spec()
+    s.policy = s.policy.replace(**body.policy_changes())
     if body.paused is not None:
         s.paused = body.paused
     if was_paused and not s.paused:
         _check_will_fire(s, engine.clock())
-    return JSON(schedule_to_dict(await engine.update_schedule(s)))
+    return JSON(schedule_to_dict(await engine.update_schedule(s, resumed=was_paused and not s.paused)))
 
 
 @router.delete("/schedules/{schedule_id:id}", status_code=204, summary="Delete a schedule (its jobs stay)")

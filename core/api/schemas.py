@@ -42,7 +42,8 @@ from core.api.fields import (
 )
 from core.flow import RATE_MAX
 from core.model import PRIORITY_MAX, PRIORITY_MIN
-from core.schedule import validate_cron
+from core.schedule import BUFFER_ALL_MAX, CATCH_UP_MAX, validate_cron
+from core.schedule.policy import CATCH_UP_WINDOW_MAX, POLICY_FIELDS
 
 _DOTTED_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*(:[A-Za-z_][A-Za-z0-9_.]*)?$"
 _DOTTED = re.compile(_DOTTED_PATTERN)
@@ -309,7 +310,32 @@ class ScheduleFields(_Strict):
         return v
 
 
-class ScheduleCreate(ScheduleFields):
+class SchedulePolicies(_Strict):
+    """What happens around a fire time (docs/schedules.md). Left out: the default on create, unchanged
+    on PATCH; a change applies from the next fire time."""
+
+    overlap: Literal["skip", "buffer_one", "buffer_all", "cancel_previous", "allow"] | None = Field(
+        None,
+        description="a fire time while an earlier run still waits or runs: skip it (default; recorded), "
+        f"buffer_one (at most one waits), buffer_all (at most {BUFFER_ALL_MAX} wait), cancel_previous "
+        "(cancel it; the new run starts once it has stopped), allow (run side by side)",
+    )
+    catch_up: Literal["latest", "none", "all"] | None = Field(
+        None,
+        description="fire times missed during downtime or a pause: latest (default: run the most recent "
+        f"once), none (run none), all (run each one inside catch_up_window, at most {CATCH_UP_MAX}, oldest first)",
+    )
+    catch_up_window: float | None = Field(
+        None, ge=0, le=CATCH_UP_WINDOW_MAX,
+        description="seconds (default 3600): how late a missed fire time may be and still run under catch_up 'all'",
+    )  # fmt: skip
+
+    def policy_changes(self) -> dict[str, Any]:
+        """The policy fields this body sets."""
+        return {k: getattr(self, k) for k in POLICY_FIELDS if getattr(self, k) is not None}
+
+
+class ScheduleCreate(ScheduleFields, SchedulePolicies):
     """A recurring (cron, interval) or one-time (at, delay) schedule that makes jobs from `job`."""
 
     model_config = ConfigDict(json_schema_extra=_exactly_one(*_TIMINGS))
@@ -338,7 +364,7 @@ def _at_most_one(fields: tuple[tuple[str, dict[str, Any]], ...]) -> Any:
     return {"not": {"anyOf": pairs}}
 
 
-class ScheduleUpdate(ScheduleFields):
+class ScheduleUpdate(ScheduleFields, SchedulePolicies):
     """Fields to change; a timing field (at most one) replaces the old timing."""
 
     model_config = ConfigDict(json_schema_extra=_at_most_one(_TIMINGS))

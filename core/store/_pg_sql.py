@@ -13,7 +13,7 @@ import orjson
 from asyncpg import Record
 
 from core.model import Job, labels_from_text, labels_text
-from core.schedule import Schedule
+from core.schedule import ACTIVE_STATES, Schedule, SchedulePolicy
 
 JOB_TYPES: dict[str, str] = {
     "id": "bigint", "name": "text", "queue": "text", "state": "text", "priority": "integer",
@@ -34,7 +34,8 @@ ATTEMPT_COLUMNS = ("attempt", "agent", "claimed_at", "started_at", "finished_at"
                    "output", "result")  # fmt: skip
 SCHEDULE_COLUMNS = (
     "id", "name", "kind", "cron", "interval", "at", "timezone", "anchor", "job", "paused", "next_fire_at",
-    "last_fire_at", "created_at", "updated_at", "fired",
+    "last_fire_at", "created_at", "updated_at", "fired", "policy", "failures", "paused_reason", "skipped", "missed",
+    "last_skipped_at",
 )  # fmt: skip
 _JSON_FIELDS = frozenset({"task", "tags", "result"})
 
@@ -145,6 +146,14 @@ PROMOTE_DUE = (
 NEXT_DUE = "SELECT min(run_at) FROM jobs WHERE state IN ('scheduled', 'failed') AND (run_at > $1 OR $2)"
 
 LOCK_JOBS = f"{SELECT_JOB} WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"
+_ACTIVE = ", ".join(f"'{s}'" for s in ACTIVE_STATES)
+#: The runs of a schedule that have not ended, locked in id order (as change_jobs locks jobs).
+LOCK_ACTIVE_RUNS = (
+    f"SELECT id, state, fire_time FROM jobs WHERE schedule_id = $1 AND state IN ({_ACTIVE}) ORDER BY id FOR UPDATE"
+)
+ACTIVE_RUNS = f"SELECT id, state, fire_time FROM jobs WHERE schedule_id = $1 AND state IN ({_ACTIVE}) ORDER BY id"
+#: A buffered run to release: taken only if no other transaction holds it (no lock waits, no deadlock).
+LOCK_JOB_NOWAIT = f"{SELECT_JOB} WHERE id = $1 AND state = 'blocked' FOR UPDATE SKIP LOCKED"
 EXTEND_LEASES = (
     "UPDATE jobs AS j SET lease_expires_at = $1 FROM unnest($2::bigint[], $3::integer[]) AS v(id, attempt) "
     "WHERE j.id = v.id AND j.attempt = v.attempt AND j.agent = $4 AND j.state = 'running' "
@@ -214,12 +223,19 @@ def to_schedule(row: Record) -> Schedule:
     """A row of SELECT_SCHEDULE as a Schedule."""
     r = list(row)
     r[8] = orjson.loads(r[8])
+    r[15] = SchedulePolicy.from_dict(orjson.loads(r[15]))
     return Schedule(*r)
 
 
 def schedule_row(s: Schedule) -> tuple[Any, ...]:
     """Every column of a schedule but its id, in SCHEDULE_COLUMNS order."""
-    return tuple(orjson.dumps(s.job).decode() if c == "job" else getattr(s, c) for c in SCHEDULE_COLUMNS[1:])
+
+    def value(c: str) -> Any:
+        if c in ("job", "policy"):
+            return orjson.dumps(s.job if c == "job" else s.policy.to_dict()).decode()
+        return getattr(s, c)
+
+    return tuple(value(c) for c in SCHEDULE_COLUMNS[1:])
 
 
 INSERT_SCHEDULE = (

@@ -5,16 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import orjson
 
 from core.errors import JobDeckError, NotFound
 from core.flow import SETTINGS
 from core.model import Change, Job, iso, job_summary
-from core.schedule import Schedule
+from core.schedule import FirePlan, Schedule
 from core.store.audit import AuditFilter, AuditScope
 from core.store.listing import JobOrder
+
+if TYPE_CHECKING:
+    from core.store.schedule_runs import FireResult, MakeJob
 
 #: A decision about one job, applied inside the store's transaction (see core.model.decide_*).
 Decide = Callable[[Job], Change]
@@ -308,9 +311,7 @@ class Store(Protocol):
     async def delete_schedule(self, schedule_id: int) -> None: ...
     async def due_schedules(self, now: float) -> list[Schedule]: ...
     async def next_schedule_at(self) -> float | None: ...
-    async def fire_schedule(
-        self, s: Schedule, fire_time: float | None, job: Job, next_fire_at: float | None
-    ) -> Job | None: ...
+    async def fire_schedule(self, s: Schedule, plan: FirePlan | None, make_job: MakeJob) -> FireResult | None: ...
 
     # events
     async def events_since(self, seq: int, limit: int, flt: EventFilter | None = None) -> list[Event]: ...

@@ -20,8 +20,8 @@ import asyncpg
 from core.config import masked_url
 from core.errors import JobDeckError, NotFound, Unavailable
 from core.flow import UNLIMITED, Bucket, QueueLimits, claim_room
-from core.model import Job, Policy, decide_claim, decide_promote, utcnow
-from core.schedule import Schedule, schedule_to_dict
+from core.model import Job, Policy, decide_cancel, decide_claim, decide_promote, decide_release, utcnow
+from core.schedule import FirePlan, Run, Schedule, run_to_release, schedule_to_dict
 from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
 from core.store import audit
@@ -42,6 +42,7 @@ from core.store.base import (
 )
 from core.store.listing import JobOrder
 from core.store.relay_cursors import PostgresRelayCursors
+from core.store.schedule_runs import FireResult, MakeJob, emit_fire_events, ended_runs, jobs_to_make, schedule_updates
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -238,9 +239,31 @@ class PostgresStore(PostgresRelayCursors):
             applier = JobChanges(tx)
             out = apply_decisions(jobs, decisions, applier.apply)
             await applier.flush()
+            await self._release_buffered(tx, ended_runs(out.values()))
             return out
 
         return await self._write(op)
+
+    async def _release_buffered(self, tx: PgTx, schedule_ids: list[int]) -> None:
+        """Runs of these schedules ended: start each one's oldest buffered run if nothing else goes.
+        The schedule's row is locked (in id order) so a firing on another node waits for this."""
+        c = tx.conn
+        for sid in schedule_ids:
+            if await c.fetchval("SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE", sid) is None:
+                continue
+            job_id = run_to_release([Run(*r) for r in await c.fetch(sql.ACTIVE_RUNS, sid)])
+            if job_id is None:
+                continue
+            rows = await c.fetch(sql.LOCK_JOB_NOWAIT, job_id)  # held elsewhere: that change releases it
+            applier = JobChanges(tx)
+            apply_decisions({j.id: j for j in sql.to_jobs(rows)}, {job_id: self._release}, applier.apply)
+            await applier.flush()
+
+    def _release(self, job: Job) -> Any:
+        return decide_release(job, self.clock(), self.policy)
+
+    def _cancel(self, job: Job) -> Any:
+        return decide_cancel(job, self.clock(), self.policy)
 
     async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]:
         """Take up to `req.limit` queued jobs in claim order for one agent, leasing them.
@@ -444,37 +467,47 @@ class PostgresStore(PostgresRelayCursors):
         value = await self._fetchval("SELECT min(next_fire_at) FROM schedules WHERE NOT paused")
         return None if value is None else float(value)
 
-    async def fire_schedule(
-        self, s: Schedule, fire_time: float | None, job: Job, next_fire_at: float | None
-    ) -> Job | None:
-        """Materialise one fire time as a job, at most once per (schedule, fire time).
+    async def fire_schedule(self, s: Schedule, plan: FirePlan | None, make_job: MakeJob) -> FireResult | None:
+        """Fire the due times of `plan` under the schedule's overlap policy, each fire time at most once
+        (`plan=None`: one manual run, outside the policies). None if the schedule changed since the
+        plan was made (another node fired it, it was paused or edited).
 
-        `fire_time=None` is a manual run. Returns None if another node (or an earlier try)
-        fired this time already, or the schedule changed since it was read. The schedule's row
-        is locked first, so nodes firing it together take turns; the unique key on
-        (schedule_id, fire_time) is the backstop."""
+        Locks: the schedule's runs that have not ended (in id order, as change_jobs takes jobs), then
+        the schedule's row, so nodes firing it take turns and a run ending on another node is either
+        seen as ended or still going, never half-way. The unique key on (schedule_id, fire_time) is
+        the backstop."""
 
-        async def op(tx: PgTx) -> Job | None:
+        async def op(tx: PgTx) -> FireResult | None:
             c = tx.conn
+            active = [] if plan is None else [Run(*r) for r in await c.fetch(sql.LOCK_ACTIVE_RUNS, s.id)]
             row = await c.fetchrow("SELECT next_fire_at, paused FROM schedules WHERE id = $1 FOR UPDATE", s.id)
             if row is None:
                 raise NotFound(f"no schedule with id {s.id}", field="id")
-            if fire_time is not None and (row[0] != s.next_fire_at or row[1]):
-                return None
-            job.schedule_id, job.fire_time = s.id, fire_time
-            if not await insert_jobs(tx, [job], self._job_id_seq):
-                return None
-            if fire_time is not None:
-                await c.execute(
-                    "UPDATE schedules SET next_fire_at = $1, last_fire_at = $2, fired = fired + 1 WHERE id = $3",
-                    next_fire_at,
-                    fire_time,
-                    s.id,
-                )
-            else:
+            if plan is None:
+                job = make_job(None)
+                job.schedule_id, job.fire_time = s.id, None
+                await insert_jobs(tx, [job], self._job_id_seq)
                 await c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = $1", s.id)
-            tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": fire_time})
-            return job
+                tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": None})
+                return FireResult([job])
+            if row[0] != plan.expected_next or row[1]:
+                return None
+            known: set[float] = set()
+            if plan.fire_times:
+                q = "SELECT fire_time FROM jobs WHERE schedule_id = $1 AND fire_time = ANY($2::float8[])"
+                known = {float(r[0]) for r in await c.fetch(q, s.id, plan.fire_times)}
+            decision, jobs = jobs_to_make(s, plan, active, known, make_job)
+            made = await insert_jobs(tx, jobs, self._job_id_seq)
+            if decision.cancel:
+                locked = {j.id: j for j in sql.to_jobs(await c.fetch(sql.LOCK_JOBS, decision.cancel))}
+                applier = JobChanges(tx)
+                apply_decisions(locked, dict.fromkeys(decision.cancel, self._cancel), applier.apply)
+                await applier.flush()
+            cols = schedule_updates(s, plan, decision, made)
+            sets = ", ".join(f"{k} = ${i}" for i, k in enumerate(cols, 2))
+            await c.execute(f"UPDATE schedules SET {sets} WHERE id = $1", s.id, *cols.values())
+            emit_fire_events(tx, s, plan, decision, made)
+            return FireResult(made, decision, plan)
 
         return await self._write(op)
 

@@ -20,14 +20,16 @@ from core.flow import UNLIMITED, Bucket, QueueLimits
 from core.model import (
     Job,
     Policy,
+    decide_cancel,
     decide_claim,
     decide_promote,
+    decide_release,
     job_summary,
     labels_from_text,
     labels_text,
     utcnow,
 )
-from core.schedule import Schedule, schedule_to_dict
+from core.schedule import FirePlan, Run, Schedule, SchedulePolicy, run_to_release, schedule_to_dict
 from core.store import audit
 from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
 from core.store.audit import AuditFilter
@@ -49,6 +51,15 @@ from core.store.base import (
 )
 from core.store.listing import JobOrder, order_sql, search_sql
 from core.store.relay_cursors import SQLiteRelayCursors
+from core.store.schedule_runs import (
+    ACTIVE_SQL,
+    FireResult,
+    MakeJob,
+    emit_fire_events,
+    ended_runs,
+    jobs_to_make,
+    schedule_updates,
+)
 
 T = TypeVar("T")
 
@@ -63,10 +74,12 @@ _INSERT_JOB = f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('
 _JSON_FIELDS = frozenset({"task", "tags", "result"})
 SCHEDULE_COLUMNS = (
     "id", "name", "kind", "cron", "interval", "at", "timezone", "anchor", "job", "paused", "next_fire_at",
-    "last_fire_at", "created_at", "updated_at", "fired",
+    "last_fire_at", "created_at", "updated_at", "fired", "policy", "failures", "paused_reason", "skipped", "missed",
+    "last_skipped_at",
 )  # fmt: skip
 _SELECT_SCHEDULE = f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules"
 _CHUNK = 500
+_ACTIVE_RUNS = f"SELECT id, state, fire_time FROM jobs WHERE schedule_id = ? AND state IN ({ACTIVE_SQL}) ORDER BY id"
 
 
 # The hot queries name their partial index: without statistics SQLite's planner prefers jobs_state
@@ -216,6 +229,7 @@ def _schedule(row: Sequence[Any]) -> Schedule:
     r = list(row)
     r[8] = orjson.loads(r[8])
     r[9] = bool(r[9])
+    r[15] = SchedulePolicy.from_dict(orjson.loads(r[15]))
     return Schedule(*r)
 
 
@@ -465,9 +479,23 @@ class SQLiteStore(SQLiteRelayCursors):
             applier = _Applier(tx)
             out = apply_decisions(_load_jobs(tx.conn, list(decisions)), decisions, applier.apply)
             applier.flush()
+            self._release_buffered(tx, ended_runs(out.values()))
             return out
 
         return await self._write(op)
+
+    def _release_buffered(self, tx: Tx, schedule_ids: list[int]) -> None:
+        """Runs of these schedules ended: start each one's oldest buffered run if nothing else goes."""
+        for sid in schedule_ids:
+            active = [Run(*r) for r in tx.conn.execute(_ACTIVE_RUNS, (sid,))]
+            job_id = run_to_release(active)
+            if job_id is not None:
+                applier = _Applier(tx)
+                apply_decisions(_load_jobs(tx.conn, [job_id]), {job_id: self._release}, applier.apply)
+                applier.flush()
+
+    def _release(self, job: Job) -> Any:
+        return decide_release(job, self.clock(), self.policy)
 
     async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]:
         """Take up to `req.limit` queued jobs in claim order for one agent, leasing them.
@@ -610,9 +638,14 @@ class SQLiteStore(SQLiteRelayCursors):
     # -- schedules
 
     def _schedule_row(self, s: Schedule) -> tuple[Any, ...]:
-        return tuple(
-            orjson.dumps(s.job).decode() if c == "job" else _db_value(c, getattr(s, c)) for c in SCHEDULE_COLUMNS[1:]
-        )
+        def value(c: str) -> Any:
+            if c == "job":
+                return orjson.dumps(s.job).decode()
+            if c == "policy":
+                return orjson.dumps(s.policy.to_dict()).decode()
+            return _db_value(c, getattr(s, c))
+
+        return tuple(value(c) for c in SCHEDULE_COLUMNS[1:])
 
     async def create_schedule(self, s: Schedule) -> Schedule:
         """Store a new schedule; its id is assigned here."""
@@ -680,39 +713,48 @@ class SQLiteStore(SQLiteRelayCursors):
         sql = "SELECT min(next_fire_at) FROM schedules WHERE paused = 0"
         return await self._read(lambda c: c.execute(sql).fetchone()[0])
 
-    async def fire_schedule(
-        self, s: Schedule, fire_time: float | None, job: Job, next_fire_at: float | None
-    ) -> Job | None:
-        """Materialise one fire time as a job, at most once per (schedule, fire time).
+    async def fire_schedule(self, s: Schedule, plan: FirePlan | None, make_job: MakeJob) -> FireResult | None:
+        """Fire the due times of `plan` under the schedule's overlap policy, each fire time at most once
+        (`plan=None`: one manual run, outside the policies). None if the schedule changed since the
+        plan was made (another pass fired it, it was paused or edited)."""
 
-        `fire_time=None` is a manual run. Returns None if another node (or an earlier try)
-        fired this time already, or the schedule changed since it was read.
-        """
-
-        def op(tx: Tx) -> Job | None:
+        def op(tx: Tx) -> FireResult | None:
             c = tx.conn
             row = c.execute("SELECT next_fire_at, paused FROM schedules WHERE id = ?", (s.id,)).fetchone()
             if row is None:
                 raise NotFound(f"no schedule with id {s.id}", field="id")
-            if fire_time is not None:
-                if row[0] != s.next_fire_at or row[1]:
-                    return None
-                dup = c.execute("SELECT 1 FROM jobs WHERE schedule_id = ? AND fire_time = ?", (s.id, fire_time))
-                if dup.fetchone() is not None:
-                    return None
-            job.schedule_id, job.fire_time = s.id, fire_time
-            _insert_jobs(tx, [job])
-            if fire_time is not None:
-                c.execute(
-                    "UPDATE schedules SET next_fire_at = ?, last_fire_at = ?, fired = fired + 1 WHERE id = ?",
-                    (next_fire_at, fire_time, s.id),
-                )
-            else:
+            if plan is None:
+                job = make_job(None)
+                job.schedule_id, job.fire_time = s.id, None
+                _insert_jobs(tx, [job])
                 c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = ?", (s.id,))
-            tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": fire_time})
-            return job
+                tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": None})
+                return FireResult([job])
+            if row[0] != plan.expected_next or row[1]:
+                return None
+            active = [Run(*r) for r in c.execute(_ACTIVE_RUNS, (s.id,))]
+            times = [*plan.fire_times]
+            known = {r[0] for r in c.execute(
+                f"SELECT fire_time FROM jobs WHERE schedule_id = ? AND fire_time IN ({', '.join('?' * len(times))})",
+                (s.id, *times))} if times else set()  # fmt: skip
+            decision, jobs = jobs_to_make(s, plan, active, known, make_job)
+            _insert_jobs(tx, jobs)
+            if decision.cancel:
+                applier = _Applier(tx)
+                cancel = self._cancel
+                apply_decisions(_load_jobs(c, decision.cancel), dict.fromkeys(decision.cancel, cancel), applier.apply)
+                applier.flush()
+            cols = schedule_updates(s, plan, decision, jobs)
+            c.execute(
+                f"UPDATE schedules SET {', '.join(k + ' = ?' for k in cols)} WHERE id = ?", (*cols.values(), s.id)
+            )
+            emit_fire_events(tx, s, plan, decision, jobs)
+            return FireResult(jobs, decision, plan)
 
         return await self._write(op)
+
+    def _cancel(self, job: Job) -> Any:
+        return decide_cancel(job, self.clock(), self.policy)
 
     # -- events
 

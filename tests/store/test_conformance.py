@@ -30,7 +30,7 @@ from core.model import (
     decide_retry,
     utcnow,
 )
-from core.schedule import Schedule
+from core.schedule import FirePlan, Schedule, SchedulePolicy
 from core.store.base import ClaimRequest, Event, EventFilter, JobFilter
 from tests.store.conftest import POLICY, StoreKit
 
@@ -376,6 +376,15 @@ def a_schedule(**kw: Any) -> Schedule:
     return Schedule(**base)
 
 
+def one_fire(fire: float) -> FirePlan:
+    """The plan of an on-time fire of a schedule every 60 s."""
+    return FirePlan(expected_next=fire, fire_times=[fire], next_fire_at=fire + 60)
+
+
+def make_job(fire_time: float | None) -> Job:
+    return new_job(run_at=fire_time)
+
+
 async def test_schedules_create_read_update_delete(kit: StoreKit) -> None:
     s = kit.store
     made = await s.create_schedule(a_schedule())
@@ -405,12 +414,14 @@ async def test_a_fire_time_makes_one_job(kit: StoreKit) -> None:
     sched = await s.create_schedule(a_schedule())
     fire = sched.next_fire_at
     assert fire is not None
-    job = await s.fire_schedule(sched, fire, new_job(run_at=fire), fire + 60)
-    assert job is not None and (job.schedule_id, job.fire_time) == (sched.id, fire)
-    assert await s.fire_schedule(sched, fire, new_job(run_at=fire), fire + 60) is None, "fired twice"
+    fired = await s.fire_schedule(sched, one_fire(fire), make_job)
+    assert fired is not None
+    [job] = fired.jobs
+    assert (job.schedule_id, job.fire_time) == (sched.id, fire)
+    assert await s.fire_schedule(sched, one_fire(fire), make_job) is None, "fired twice"
     fresh = await s.get_schedule(sched.id)
     assert (fresh.next_fire_at, fresh.last_fire_at, fresh.fired) == (fire + 60, fire, 1)
-    manual = [await s.fire_schedule(fresh, None, new_job(), fresh.next_fire_at) for _ in range(2)]
+    manual = [await s.fire_schedule(fresh, None, make_job) for _ in range(2)]
     assert all(m is not None for m in manual), "manual runs are not limited to one"
     assert (await s.get_schedule(sched.id)).fired == 3
     listed = await s.list_jobs(JobFilter(schedule_id=sched.id), None, 10)
@@ -422,12 +433,12 @@ async def test_a_fire_time_makes_one_job(kit: StoreKit) -> None:
 @two_nodes
 async def test_two_nodes_firing_a_schedule_together_make_one_job(kit: StoreKit) -> None:
     other = await kit.another()
-    sched = await kit.store.create_schedule(a_schedule())
+    sched = await kit.store.create_schedule(a_schedule(policy=SchedulePolicy(overlap="allow")))
     for _ in range(5):
         fire = sched.next_fire_at
         assert fire is not None
         results = await asyncio.gather(
-            *(st.fire_schedule(sched, fire, new_job(run_at=fire), fire + 60) for st in (kit.store, other) * 3)
+            *(st.fire_schedule(sched, one_fire(fire), make_job) for st in (kit.store, other) * 3)
         )
         made = [r for r in results if r is not None]
         assert len(made) == 1, f"fire time {fire}: {len(made)} jobs made by 6 concurrent firings"

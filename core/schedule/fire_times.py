@@ -11,6 +11,7 @@ from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
 from core.errors import InvalidSchedule
 from core.model import iso
+from core.schedule.policy import SchedulePolicy
 
 KINDS = ("cron", "interval", "once")
 #: A one-time schedule still fires when its `at` is this late when saved (the API refuses later ones).
@@ -36,6 +37,12 @@ class Schedule:
     created_at: float
     updated_at: float
     fired: int = 0
+    policy: SchedulePolicy = field(default_factory=SchedulePolicy)
+    failures: int = 0  # consecutive runs that ended dead (pause_after_failures counts them)
+    paused_reason: str | None = None  # why the schedule paused itself (None: a person paused it, or it runs)
+    skipped: int = 0  # fire times the overlap policy skipped
+    missed: int = 0  # fire times that passed while the schedule could not fire (downtime, a pause)
+    last_skipped_at: float | None = None  # the latest skipped fire time
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -136,9 +143,15 @@ def schedule_to_dict(s: Schedule, now: float | None = None) -> dict[str, Any]:
         "timezone": s.timezone,
         "job": s.job,
         "paused": s.paused,
+        "paused_reason": s.paused_reason,
+        **s.policy.to_dict(),
         "next_fire_at": iso(s.next_fire_at),
         "last_fire_at": iso(s.last_fire_at),
         "fired": s.fired,
+        "skipped": s.skipped,
+        "last_skipped_at": iso(s.last_skipped_at),
+        "missed": s.missed,
+        "failures": s.failures,
         "created_at": iso(s.created_at),
         "updated_at": iso(s.updated_at),
     }

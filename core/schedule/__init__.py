@@ -1,0 +1,30 @@
+"""Schedules: their fire times (fire_times.py), their policies (policy.py) and the pure decisions
+that apply them: catch-up after downtime (catch_up.py), overlapping runs (overlap.py)."""
+
+from core.schedule.catch_up import FirePlan, plan_fires
+from core.schedule.fire_times import (
+    KINDS,
+    ONCE_SLACK_SECONDS,
+    SHORTCUTS,
+    Schedule,
+    next_fire_times,
+    preview,
+    schedule_to_dict,
+    validate_cron,
+    zone,
+)
+from core.schedule.overlap import ACTIVE_STATES, FireDecision, Run, decide_overlap, run_to_release
+from core.schedule.policy import (
+    BUFFER_ALL_MAX,
+    CATCH_UP_MAX,
+    CATCH_UP_POLICIES,
+    OVERLAP_POLICIES,
+    SchedulePolicy,
+)
+
+__all__ = [
+    "ACTIVE_STATES", "BUFFER_ALL_MAX", "CATCH_UP_MAX", "CATCH_UP_POLICIES", "KINDS", "ONCE_SLACK_SECONDS",
+    "OVERLAP_POLICIES", "SHORTCUTS", "FireDecision", "FirePlan", "Run", "Schedule", "SchedulePolicy",
+    "decide_overlap", "next_fire_times", "plan_fires", "preview", "run_to_release", "schedule_to_dict",
+    "validate_cron", "zone",
+]  # fmt: skip

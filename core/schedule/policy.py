@@ -1,0 +1,51 @@
+"""A schedule's policies: what happens around a fire time (overlap, catch-up, jitter, pause on failure).
+
+The settings live here as one value; the decisions that read them are pure functions beside it
+(catch_up.py, overlap.py), so a fake clock tests them without a database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+#: What a fire time does while an earlier run of the same schedule still waits or runs.
+OVERLAP_POLICIES = ("skip", "buffer_one", "buffer_all", "cancel_previous", "allow")
+#: What fire times that passed during downtime (or a pause) do when the schedule can fire again.
+CATCH_UP_POLICIES = ("latest", "none", "all")
+
+BUFFER_ALL_MAX = 100  # buffered runs of one schedule under buffer_all; past it a fire time is skipped
+CATCH_UP_MAX = 1000  # runs one catch-up may start under `all` (the most recent ones in the window)
+CATCH_UP_WINDOW_DEFAULT = 3600.0
+CATCH_UP_WINDOW_MAX = 31 * 86400.0
+#: A fire time at most this late is on time (a loaded node, a GC pause); later than that it was missed.
+ON_TIME_SECONDS = 15.0
+LISTED_MAX = 100  # fire times an event lists (its count says how many there were)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePolicy:
+    """The policies of one schedule (the API's flat fields of the same names)."""
+
+    overlap: str = "skip"
+    catch_up: str = "latest"
+    catch_up_window: float = CATCH_UP_WINDOW_DEFAULT  # seconds; `all` runs missed fire times this recent
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stored and shown."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SchedulePolicy:
+        """From a stored dict; keys it does not know (a newer version's) are ignored, missing ones default."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+    def replace(self, **changes: Any) -> SchedulePolicy:
+        """A copy with `changes` (None values are left out: a PATCH that does not name a field keeps it)."""
+        data = self.to_dict()
+        data.update({k: v for k, v in changes.items() if v is not None})
+        return SchedulePolicy(**data)
+
+
+POLICY_FIELDS = tuple(f.name for f in fields(SchedulePolicy))

@@ -1,0 +1,91 @@
+"""What both stores do when a schedule fires and when one of its runs ends, apart from the SQL.
+
+Firing: the overlap decision (core/schedule/overlap.py) over the runs that have not ended, the
+jobs it makes (buffered ones `blocked`), the counters and the events (`schedule.fired` per job,
+`schedule.skipped`, `schedule.missed`), all in the firing transaction. A run ending: the oldest
+buffered run starts if nothing else of its schedule is going.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.model import FINAL_STATES, Job, iso
+from core.schedule import ACTIVE_STATES, FireDecision, FirePlan, Run, Schedule, decide_overlap
+from core.schedule.policy import LISTED_MAX
+from core.store.base import Outbox
+
+#: Makes the job of one fire time (None: a manual run) from the schedule's template.
+MakeJob = Callable[[float | None], Job]
+
+ACTIVE_SQL = ", ".join(f"'{s}'" for s in ACTIVE_STATES)
+
+
+@dataclass(slots=True)
+class FireResult:
+    """What one firing did."""
+
+    jobs: list[Job] = field(default_factory=list)  # made: runs and buffered runs
+    decision: FireDecision = field(default_factory=FireDecision)
+    plan: FirePlan | None = None
+
+
+def jobs_to_make(s: Schedule, plan: FirePlan, active: list[Run], known: set[float],
+                 make_job: MakeJob) -> tuple[FireDecision, list[Job]]:  # fmt: skip
+    """The overlap decision and the jobs it makes, oldest fire time first; a fire time that has a
+    job already (`known`: a backfill made it) is not made twice."""
+    decision = decide_overlap(s.policy.overlap, plan.fire_times, active)
+    jobs: list[Job] = []
+    for t in sorted([*decision.run, *decision.buffer]):
+        if t in known:
+            continue
+        job = make_job(t)
+        job.schedule_id, job.fire_time = s.id, t
+        if t in decision.buffer:
+            job.state = "blocked"
+        jobs.append(job)
+    return decision, jobs
+
+
+def schedule_updates(s: Schedule, plan: FirePlan, decision: FireDecision, made: list[Job]) -> dict[str, Any]:
+    """The schedule's columns after a firing: next and last fire time, and what it counts."""
+    considered = [*plan.fire_times, *plan.missed]
+    last = max(considered) if considered else plan.expected_next
+    skipped_at = max(decision.skip) if decision.skip else s.last_skipped_at
+    return {
+        "next_fire_at": plan.next_fire_at,
+        "last_fire_at": max(last, s.last_fire_at or last),
+        "fired": s.fired + len(made),
+        "skipped": s.skipped + len(decision.skip),
+        "missed": s.missed + plan.missed_count,
+        "last_skipped_at": skipped_at,
+    }
+
+
+def emit_fire_events(tx: Outbox, s: Schedule, plan: FirePlan, decision: FireDecision, made: list[Job]) -> None:
+    """The events of one firing, in its transaction."""
+    queue = s.job.get("queue") or "default"
+    for j in made:
+        tx.emit("schedule.fired", j.id, j.queue,
+                {"schedule_id": s.id, "fire_time": j.fire_time, "buffered": j.state == "blocked"})  # fmt: skip
+    if decision.skip:
+        tx.emit("schedule.skipped", None, queue, {
+            "schedule_id": s.id, "overlap": s.policy.overlap, "count": len(decision.skip),
+            "fire_times": [iso(t) for t in decision.skip[:LISTED_MAX]], "reason": decision.skip_reason,
+        })  # fmt: skip
+    if decision.cancel:
+        tx.emit("schedule.cancelled_previous", None, queue, {"schedule_id": s.id, "job_ids": decision.cancel})
+    if plan.missed_count:
+        tx.emit("schedule.missed", None, queue, {
+            "schedule_id": s.id, "count": plan.missed_count, "exact": plan.missed_exact,
+            "catch_up": plan.policy, "catch_up_window": s.policy.catch_up_window,
+            "fire_times": [iso(t) for t in plan.missed], "ran": [iso(t) for t in plan.fire_times],
+        })  # fmt: skip
+
+
+def ended_runs(results: Iterable[Any]) -> list[int]:
+    """The schedules (ids, ascending: the order nodes lock them in) with a run that ended in this change."""
+    return sorted({j.schedule_id for j in results
+                   if isinstance(j, Job) and j.schedule_id is not None and j.state in FINAL_STATES})  # fmt: skip

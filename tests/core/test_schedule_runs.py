@@ -1,0 +1,154 @@
+"""Schedule policies on a real node with a real agent: runs that would overlap, catch-up on resume,
+bad policy values refused with the field named."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from core.errors import InvalidInput
+from tests.conftest import RunningNode, until
+
+NOOP = {"kind": "python", "function": "agents.builtin:noop"}
+FINAL = ("succeeded", "dead", "cancelled")
+
+
+def sleeper(seconds: float) -> dict[str, Any]:
+    return {"kind": "python", "function": "agents.builtin:sleep", "args": [seconds]}
+
+
+def ts(value: str) -> float:
+    return datetime.fromisoformat(value).timestamp()
+
+
+async def runs(c: Any, sid: int) -> list[dict[str, Any]]:
+    return (await c.list_jobs(schedule_id=sid, limit=500))["jobs"]  # type: ignore[no-any-return]
+
+
+def assert_never_two_at_once(jobs: list[dict[str, Any]]) -> None:
+    spans = sorted((ts(j["started_at"]), ts(j["finished_at"]), j["id"]) for j in jobs if j["started_at"])
+    for (s1, e1, a), (s2, _e2, b) in itertools.pairwise(spans):
+        assert s2 >= e1, f"job {a} ran {s1:.3f}..{e1:.3f} and job {b} started at {s2:.3f}, before it ended"
+
+
+async def test_skip_never_runs_two_at_once_and_counts_what_it_skipped(running: RunningNode) -> None:
+    c = running.client
+    s = await c.create_schedule({"name": "slow", "interval": 1, "job": {"task": sleeper(2.2), "queue": "slow"}})
+    assert (s["overlap"], s["catch_up"], s["catch_up_window"]) == ("skip", "latest", 3600.0), "the defaults"
+
+    async def enough() -> list[dict[str, Any]] | None:
+        done = [j for j in await runs(c, s["id"]) if j["state"] == "succeeded"]
+        return done if len(done) >= 3 else None
+
+    done = await until(enough, 60, "three runs of a 2.2 s job on a 1 s schedule")
+    await c.schedule_action(s["id"], "pause")
+    assert_never_two_at_once(done)
+    stored = await c.get_schedule(s["id"])
+    assert stored["skipped"] >= 3 and stored["last_skipped_at"] is not None, stored
+
+
+async def test_buffer_one_starts_the_held_run_as_the_previous_one_ends(running: RunningNode) -> None:
+    c = running.client
+    s = await c.create_schedule({"name": "buffered", "interval": 1, "overlap": "buffer_one",
+                                 "job": {"task": sleeper(1.5), "queue": "buf"}})  # fmt: skip
+
+    async def enough() -> list[dict[str, Any]] | None:
+        done = [j for j in await runs(c, s["id"]) if j["state"] == "succeeded"]
+        return done if len(done) >= 3 else None
+
+    done = await until(enough, 60, "three runs")
+    await c.schedule_action(s["id"], "pause")
+    assert_never_two_at_once(done)
+    spans = sorted((ts(j["started_at"]), ts(j["finished_at"])) for j in done)
+    gaps = [s2 - e1 for (_, e1), (s2, _) in itertools.pairwise(spans)]
+    assert max(gaps) < 1.0, f"a buffered run starts as the one before it ends; gaps were {gaps}"
+
+
+async def test_cancel_previous_stops_the_running_run_before_the_next_starts(running: RunningNode) -> None:
+    c = running.client
+    s = await c.create_schedule({"name": "latest-only", "interval": 2, "overlap": "cancel_previous",
+                                 "job": {"task": sleeper(60), "queue": "cp"}})  # fmt: skip
+
+    async def two() -> list[dict[str, Any]] | None:
+        jobs = await runs(c, s["id"])
+        cancelled = [j for j in jobs if j["state"] == "cancelled" and j["started_at"]]
+        later = [j for j in jobs if j["state"] == "running"]
+        return [cancelled[0], later[0]] if cancelled and later else None
+
+    first, second = await until(two, 30, "a run cancelled by the next fire time, and the next running")
+    await c.schedule_action(s["id"], "pause")
+    claimed = (await c.attempts(second["id"]))[-1]["claimed_at"]
+    assert claimed >= ts(first["finished_at"]), f"the next run was claimed at {claimed}: before {first}"
+
+
+async def test_a_resumed_schedule_catches_up_every_missed_fire_time_in_the_window(running: RunningNode) -> None:
+    c = running.client
+    s = await c.create_schedule({"name": "every-second", "interval": 1, "overlap": "allow", "catch_up": "all",
+                                 "job": {"task": NOOP, "queue": "cu"}})  # fmt: skip
+    await until(lambda: runs(c, s["id"]), 10, "a first run")
+    await c.schedule_action(s["id"], "pause")
+    before = len(await runs(c, s["id"]))
+    paused_at = (await c.get_schedule(s["id"]))["last_fire_at"]
+    await until(lambda: running.engine.clock() > ts(paused_at) + 4.5, 10, "4.5 s of pause")
+    await c.schedule_action(s["id"], "resume")
+
+    async def caught_up() -> list[dict[str, Any]] | None:
+        jobs = await runs(c, s["id"])
+        return jobs if len(jobs) >= before + 4 else None
+
+    jobs = await caught_up() or await until(caught_up, 10, "the missed fire times to run")
+    times = sorted(ts(j["fire_time"]) for j in jobs if j["fire_time"])
+    assert len(times) == len(set(times)), "each fire time once"
+    steps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(abs(x - 1.0) < 1e-6 for x in steps), f"no fire time left out: steps {steps}"
+
+
+async def test_latest_and_none_record_what_was_missed(running: RunningNode) -> None:
+    """(Which of the missed ones run is in tests/core/test_schedule_policies.py, with a fake clock.)"""
+    c = running.client
+    for policy in ("latest", "none"):
+        s = await c.create_schedule({"name": policy, "interval": 1, "catch_up": policy, "paused": True,
+                                     "job": {"task": NOOP, "queue": "cu"}})  # fmt: skip
+        await until(lambda s=s: running.engine.clock() > ts(s["created_at"]) + 6, 30, "6 s after creation")
+        await c.schedule_action(s["id"], "resume")
+        stored = await until(lambda s=s: _missed(c, s["id"]), 10, f"{policy}: missed fire times recorded")
+        await c.schedule_action(s["id"], "pause")
+        assert stored["missed"] >= 4, stored
+        assert len({j["fire_time"] for j in await runs(c, s["id"])}) < 4, "the missed fire times did not run"
+
+
+async def _missed(c: Any, sid: int) -> dict[str, Any] | None:
+    s = await c.get_schedule(sid)
+    return s if s["missed"] else None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("overlap", "sometimes", "skip"),
+        ("catch_up", "every", "latest"),
+        ("catch_up_window", -1, "greater than or equal to 0"),
+        ("overlap", 5, "skip"),
+    ],
+)
+async def test_a_bad_policy_is_a_422_naming_the_field(running: RunningNode, field: str, value: Any, says: str) -> None:
+    c = running.client
+    with pytest.raises(InvalidInput) as err:
+        await c.create_schedule({"name": "bad", "interval": 60, field: value, "job": {"task": NOOP}})
+    assert field in str(err.value) and says in str(err.value), str(err.value)
+    s = await c.create_schedule({"name": "good", "interval": 60, "job": {"task": NOOP}})
+    with pytest.raises(InvalidInput):
+        await c.update_schedule(s["id"], {field: value})
+    assert (await c.get_schedule(s["id"]))["overlap"] == "skip", "nothing half-written"
+    assert [x["name"] for x in await c.schedules()] == ["good"]
+
+
+async def test_a_policy_change_keeps_the_rest(running: RunningNode) -> None:
+    c = running.client
+    s = await c.create_schedule({"name": "p", "interval": 60, "job": {"task": NOOP}})
+    changed = await c.update_schedule(s["id"], {"overlap": "buffer_all", "catch_up_window": 60})
+    assert (changed["overlap"], changed["catch_up"], changed["catch_up_window"]) == ("buffer_all", "latest", 60.0)
+    assert changed["next_fire_at"] == s["next_fire_at"], "the timing is untouched"

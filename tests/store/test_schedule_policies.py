@@ -1,0 +1,197 @@
+"""Overlap and catch-up policies as the stores apply them: one suite on SQLite and PostgreSQL.
+
+The decisions are pure (core/schedule/, tests/core/test_schedule_policies.py); here the firing
+transaction reads the schedule's runs that have not ended, makes, buffers, skips and cancels, and a
+run that ends releases the next buffered one in its own transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+import orjson
+
+from core.model import RunResult, decide_cancel, decide_finish, utcnow
+from core.schedule import BUFFER_ALL_MAX, FirePlan, Schedule, SchedulePolicy
+from core.store.base import ClaimRequest, JobFilter
+from tests.store.conftest import POLICY, StoreKit
+from tests.store.test_conformance import a_schedule, new_job, two_nodes
+
+
+def plan(*fire_times: float, missed: int = 0, expected: float | None = None) -> FirePlan:
+    last = max(fire_times) if fire_times else (expected or 0.0)
+    return FirePlan(expected_next=expected if expected is not None else min(fire_times), fire_times=list(fire_times),
+                    missed_count=missed, next_fire_at=last + 60)  # fmt: skip
+
+
+def make_job(fire_time: float | None) -> Any:
+    return new_job(now=utcnow(), queue="cron", run_at=None if fire_time is None else min(fire_time, utcnow()))
+
+
+async def schedule(kit: StoreKit, overlap: str, first: float) -> Schedule:
+    return await kit.store.create_schedule(a_schedule(policy=SchedulePolicy(overlap=overlap), next_fire_at=first))
+
+
+async def fire(kit: StoreKit, s: Schedule, *times: float, store: Any = None) -> Any:
+    """Fire `times` as the loop would: from the schedule as stored now."""
+    fresh = await kit.store.get_schedule(s.id)
+    return await (store or kit.store).fire_schedule(fresh, plan(*times, expected=fresh.next_fire_at), make_job)
+
+
+async def states(kit: StoreKit, s: Schedule) -> list[tuple[float | None, str]]:
+    jobs = await kit.store.list_jobs(JobFilter(schedule_id=s.id), None, 1000)
+    return sorted((j.fire_time, j.state) for j in jobs)
+
+
+async def run_and_finish(kit: StoreKit, outcome: str = "succeeded", store: Any = None) -> list[int]:
+    """An agent takes every queued job of queue 'cron' and reports `outcome` for each."""
+    st = store or kit.store
+    taken = await st.claim_jobs(ClaimRequest("a1", 100, frozenset({"cron"})), utcnow())
+    await finish(kit, [j.id for j in taken], outcome, st)
+    return [j.id for j in taken]
+
+
+async def finish(kit: StoreKit, ids: list[int], outcome: str = "succeeded", store: Any = None) -> None:
+    def decide(job: Any) -> Any:
+        return decide_finish(job, RunResult(job.id, job.attempt, outcome, error=None), utcnow(), POLICY)
+
+    if ids:
+        await (store or kit.store).change_jobs(dict.fromkeys(ids, decide))
+
+
+def events(kit: StoreKit, type_: str) -> list[dict[str, Any]]:
+    return [orjson.loads(e.body)["data"] for e in kit.committed if e.type == type_]
+
+
+async def test_skip_records_the_skipped_fire_time_and_runs_again_once_the_run_ended(kit: StoreKit) -> None:
+    t = utcnow() - 300
+    s = await schedule(kit, "skip", t)
+    first = await fire(kit, s, t)
+    assert [j.fire_time for j in first.jobs] == [t]
+    second = await fire(kit, s, t + 60)
+    assert second.jobs == [] and second.decision.skip == [t + 60]
+    stored = await kit.store.get_schedule(s.id)
+    assert (stored.skipped, stored.last_skipped_at, stored.fired, stored.next_fire_at) == (1, t + 60, 1, t + 120)
+    [skipped] = events(kit, "schedule.skipped")
+    assert skipped["count"] == 1 and skipped["overlap"] == "skip" and "still queued" in skipped["reason"], skipped
+    await run_and_finish(kit)
+    third = await fire(kit, s, t + 120)
+    assert [j.fire_time for j in third.jobs] == [t + 120], "the run ended: the next fire time runs"
+
+
+async def test_buffer_one_holds_one_run_and_starts_it_when_the_current_one_ends(kit: StoreKit) -> None:
+    t = utcnow() - 300
+    s = await schedule(kit, "buffer_one", t)
+    await fire(kit, s, t)
+    buffered = await fire(kit, s, t + 60)
+    assert [j.state for j in buffered.jobs] == ["blocked"]
+    skipped = await fire(kit, s, t + 120)
+    assert skipped.decision.skip == [t + 120] and "1 run(s) are buffered already" in skipped.decision.skip_reason
+    assert await states(kit, s) == [(t, "queued"), (t + 60, "blocked")]
+    kit.committed.clear()
+    await run_and_finish(kit)
+    assert await states(kit, s) == [(t, "succeeded"), (t + 60, "queued")], "released in the same transaction"
+    types = [e.type for e in kit.committed]
+    assert types == ["job.running", "job.succeeded", "job.queued"], types
+
+
+async def test_buffer_all_is_bounded_and_releases_in_fire_time_order(kit: StoreKit) -> None:
+    t = utcnow() - 10_000
+    s = await schedule(kit, "buffer_all", t)
+    times = [t + 60 * i for i in range(BUFFER_ALL_MAX + 3)]
+    fired = await fire(kit, s, *times)
+    assert len(fired.jobs) == BUFFER_ALL_MAX + 1 and fired.decision.skip == times[-2:]
+    assert f"{BUFFER_ALL_MAX} run(s) are buffered already" in fired.decision.skip_reason
+    for expected in times[:4]:
+        [job_id] = await run_and_finish(kit)
+        assert (await kit.store.get_job(job_id)).fire_time == expected, "oldest buffered first"
+    stored = await kit.store.get_schedule(s.id)
+    assert (stored.fired, stored.skipped) == (BUFFER_ALL_MAX + 1, 2)
+
+
+async def test_cancel_previous_waits_for_the_running_run_to_stop(kit: StoreKit) -> None:
+    t = utcnow() - 300
+    s = await schedule(kit, "cancel_previous", t)
+    await fire(kit, s, t)
+    [running] = await kit.store.claim_jobs(ClaimRequest("a1", 1, frozenset({"cron"})), utcnow())
+    second = await fire(kit, s, t + 60)
+    assert second.decision.cancel == [running.id] and [j.state for j in second.jobs] == ["blocked"]
+    assert (await kit.store.get_job(running.id)).cancel_requested
+    assert [e["job"]["id"] for e in events(kit, "job.cancel_requested")] == [running.id]
+    await finish(kit, [running.id], "cancelled")  # the agent stopped it
+    assert await states(kit, s) == [(t, "cancelled"), (t + 60, "queued")]
+    # a previous run that has not started is cancelled at once, and the new one is not held back
+    third = await fire(kit, s, t + 120)
+    assert [j.state for j in third.jobs] == ["queued"]
+    assert await states(kit, s) == [(t, "cancelled"), (t + 60, "cancelled"), (t + 120, "queued")]
+
+
+async def test_allow_runs_side_by_side(kit: StoreKit) -> None:
+    t = utcnow() - 300
+    s = await schedule(kit, "allow", t)
+    await fire(kit, s, t)
+    await fire(kit, s, t + 60, t + 120)
+    assert await states(kit, s) == [(t, "queued"), (t + 60, "queued"), (t + 120, "queued")]
+
+
+async def test_missed_fire_times_are_counted_and_a_known_fire_time_is_not_made_twice(kit: StoreKit) -> None:
+    t = utcnow() - 3600
+    s = await schedule(kit, "allow", t)
+    await kit.store.fire_schedule(s, None, make_job)  # a manual run: outside the policies
+    p = FirePlan(expected_next=t, fire_times=[t + 60, t + 120], missed=[t], missed_count=1, next_fire_at=t + 180,
+                 policy="all")  # fmt: skip
+    fired = await kit.store.fire_schedule(await kit.store.get_schedule(s.id), p, make_job)
+    assert [j.fire_time for j in fired.jobs] == [t + 60, t + 120]
+    stored = await kit.store.get_schedule(s.id)
+    assert (stored.missed, stored.fired, stored.last_fire_at, stored.next_fire_at) == (1, 3, t + 120, t + 180)
+    [missed] = events(kit, "schedule.missed")
+    assert (missed["count"], missed["catch_up"], len(missed["fire_times"])) == (1, "all", 1), missed
+    again = FirePlan(expected_next=t + 180, fire_times=[t + 120, t + 180], next_fire_at=t + 240)
+    refired = await kit.store.fire_schedule(stored, again, make_job)
+    assert [j.fire_time for j in refired.jobs] == [t + 180], "t + 120 has its job already"
+
+
+async def test_a_cancelled_buffered_run_is_not_started_and_the_next_one_is(kit: StoreKit) -> None:
+    t = utcnow() - 600
+    s = await schedule(kit, "buffer_all", t)
+    fired = await fire(kit, s, t, t + 60, t + 120)
+    held = fired.jobs[1]
+    now = utcnow()
+    await kit.store.change_jobs({held.id: functools.partial(decide_cancel, now=now, policy=POLICY)})
+    await run_and_finish(kit)
+    assert await states(kit, s) == [(t, "succeeded"), (t + 60, "cancelled"), (t + 120, "queued")]
+
+
+@two_nodes
+async def test_skip_holds_across_two_nodes_firing_and_finishing_at_once(kit: StoreKit) -> None:
+    """Two nodes fire every fire time together while runs end on either node: never two runs going."""
+    other = await kit.another()
+    t = utcnow() - 10_000
+    s = await schedule(kit, "skip", t)
+    for i in range(30):
+        fresh = await kit.store.get_schedule(s.id)
+        p = plan(t + 60 * i, expected=fresh.next_fire_at)
+        taken = await kit.store.claim_jobs(ClaimRequest("a1", 5, frozenset({"cron"})), utcnow())
+        await asyncio.gather(
+            kit.store.fire_schedule(fresh, p, make_job),
+            other.fire_schedule(fresh, p, make_job),
+            finish(kit, [j.id for j in taken], "succeeded", other if i % 2 else kit.store),
+        )
+        going = [st for _, st in await states(kit, s) if st not in ("succeeded", "dead", "cancelled")]
+        assert len(going) <= 1, f"round {i}: {len(going)} runs going at once: {going}"
+    stored = await kit.store.get_schedule(s.id)
+    assert stored.fired + stored.skipped == 30 and stored.fired >= 10, (stored.fired, stored.skipped)
+
+
+async def test_claimed_job_cancel_in_fire_is_one_transaction(kit: StoreKit) -> None:
+    """cancel_previous: the cancel request and the buffered run commit together (one batch of events)."""
+    t = utcnow() - 300
+    s = await schedule(kit, "cancel_previous", t)
+    await fire(kit, s, t)
+    await kit.store.claim_jobs(ClaimRequest("a1", 1, frozenset({"cron"})), utcnow())
+    kit.committed.clear()
+    await fire(kit, s, t + 60)
+    types = [e.type for e in kit.committed]
+    assert types == ["job.created", "job.cancel_requested", "schedule.fired", "schedule.cancelled_previous"], types
