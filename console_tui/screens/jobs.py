@@ -424,7 +424,9 @@ class JobsView(View):
         client = self.console.client
         for job in self.targets():
             new = int(job.get("priority", 0)) + step
-            await self.call(client.set_priority(job["id"], new), f"priority of job {job['id']}: {new}")
+            changed = await self.call(client.set_priority(job["id"], new), f"priority of job {job['id']}: {new}")
+            if changed is not None:  # shown now: a second press counts from here, not from the feed's echo
+                self._merge({int(job["id"]): changed}, {})
 
     async def action_priority_up(self) -> None:
         await self._nudge(+1)

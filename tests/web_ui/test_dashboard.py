@@ -133,8 +133,8 @@ def test_a_job_can_be_submitted_with_the_keyboard_alone(open_page: OpenPage, web
 def test_overview_charts_render(open_page: OpenPage, web: Dashboard) -> None:
     api(web, "submit", {"task": {"kind": "shell", "argv": ["true"]}})
     page = open_page("/")
-    for chart in ("outcomes", "latency", "depth", "success"):
-        expect(page.locator(f"#chart-{chart} svg.main-svg").first).to_be_visible()
+    for chart in ("outcomes", "latency", "depth", "success"):  # plotly's first draw: 8-15 s at a load of 10+
+        expect(page.locator(f"#chart-{chart} svg.main-svg").first).to_be_visible(timeout=40_000)
     expect(page.locator("#chart-outcomes .bars path").first).to_be_attached()
     expect(page.locator("#count-succeeded")).not_to_have_text("0")
 
