@@ -14,6 +14,7 @@ from agents.runtime import AgentConfig, AgentRefused, AgentRuntime
 from agents.sdk import note_imported, registered_names
 from core.client import JobDeckClient
 from core.errors import TLSUntrusted
+from core.obs.logs import setup_logging
 from core.protocol import Channel
 
 log = logging.getLogger("jobdeck.agent")
@@ -100,12 +101,13 @@ def main(
     kill_grace_seconds: float,
     shutdown_grace_seconds: float,
     log_level: str = "info",
+    log_format: str = "auto",
     token: str | None = None,
     secrets_dir: str | None = None,
     ca_file: str | None = None,
 ) -> int:
     """Entry point of `jobdeck agent` (called by core.cli)."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_format, log_level)
     sys.path.insert(0, ".")  # `--import myproject.tasks` from the project's folder, as python -m would
     problem = import_task_modules(imports)
     if problem:

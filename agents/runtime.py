@@ -23,6 +23,7 @@ import orjson
 from agents.handlers import HANDLERS, RunContext
 from agents.pool import WorkerPool
 from agents.secrets import SecretStore
+from core.obs import logs
 from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed, Message
 
 log = logging.getLogger("jobdeck.agent")
@@ -213,6 +214,7 @@ class AgentRuntime:
 
     async def _run_one(self, a: Message) -> None:
         job_id, attempt = int(a["job_id"]), int(a["attempt"])
+        logs.job.set((job_id, attempt, str(a.get("queue") or "")))  # this task's own context: its log lines' ids
         task: dict[str, Any] = a["task"]
         key = (job_id, attempt)
 
@@ -267,6 +269,7 @@ class AgentRuntime:
                 del self.tasks[job_id]
         report["output"] = ctx.output
         report["finished_at"] = time.time()
+        log.debug("run ended: %s in %.3f s", report.get("outcome"), report["finished_at"] - report["started_at"])
         self._results.append((report, size + len(report["output"])))
         self._results_ready.set()
 

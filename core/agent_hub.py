@@ -183,16 +183,22 @@ class AgentHub:
     async def finish_attempts(self, session: AgentSession, results: list[dict[str, Any]]) -> None:
         """Record what an agent reports; stale results (wrong attempt) are refused by the decision."""
         decisions: dict[int, Decide] = {}
+        runs: dict[int, RunResult] = {}
         for r in results:
             rr = RunResult(**r)
+            runs[rr.job_id] = rr
             decisions[rr.job_id] = functools.partial(self._decide_finish, rr)
             session.running.pop(rr.job_id, None)
             self.live_output.pop((rr.job_id, rr.attempt), None)
         out = await self.store.change_jobs(decisions)
-        for _job_id, res in out.items():
+        metrics = self.engine.metrics
+        for job_id, res in out.items():
             if isinstance(res, JobDeckError):
                 log.info("refused a result from %s: %s", session.name, res.message)
-            elif res.state == "failed" and res.run_at < self.engine.next_promote_at:
+                continue
+            rr = runs[job_id]
+            metrics.ran(res.queue, rr.outcome, rr.started_at, rr.finished_at)
+            if res.state == "failed" and res.run_at < self.engine.next_promote_at:
                 self.engine.wake_promoter()
         self.engine.wake()
 

@@ -46,6 +46,8 @@ class Settings:
     max_batch: int = 10_000
     output_tail_bytes: int = 64 * 1024
     log_level: str = "info"
+    log_format: str = "auto"  # json | text | auto (JSON unless stderr is a terminal): docs/observability.md
+    metrics: bool = True  # /metrics and /metrics/cluster (Prometheus); false: the hooks cost nothing
     # Sign-in (docs/auth.md): "none" (loopback only), "token" (static tokens), "oidc" (+ static tokens)
     auth: str = "none"
     tokens: list[dict[str, Any]] = field(default_factory=list)  # [[tokens]]: name, sha256, role, teams, queues
@@ -152,6 +154,15 @@ def _coerce(name: str, kind: Any, raw: Any) -> Any:
             return int(raw)
         if kind in (float, "float"):
             return float(raw)
+        if kind in (bool, "bool"):
+            if isinstance(raw, bool):
+                return raw
+            word = str(raw).strip().lower()
+            if word in ("1", "true", "yes", "on"):
+                return True
+            if word in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
         if kind in (Path, "Path"):
             return Path(str(raw)).expanduser()
         if kind == "list[str]" and isinstance(raw, str) and not raw.lstrip().startswith("["):
@@ -207,6 +218,8 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
             f"kafka_submit_idempotency {settings.kafka_submit_idempotency!r} is not one of offset, key",
             field="kafka_submit_idempotency",
         )
+    if settings.log_format not in ("auto", "json", "text"):
+        raise InvalidInput(f"log_format {settings.log_format!r} is not one of json, text, auto", field="log_format")
     if settings.relay_lease_seconds < 1:
         raise InvalidInput("relay_lease_seconds must be at least 1", field="relay_lease_seconds")
     parse_networks(settings.trusted_proxies)  # here, so a typo stops the node at its start

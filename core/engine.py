@@ -35,6 +35,7 @@ from core.model import (
     decide_retry,
     utcnow,
 )
+from core.obs.metrics import NodeMetrics, NoMetrics
 from core.protocol import Channel, ChannelClosed
 from core.schedule import ONCE_SLACK_SECONDS, Schedule, next_fire_times, plan_fires
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
@@ -61,8 +62,16 @@ BULK_DECISIONS: dict[str, Callable[..., Any]] = {
 class Engine:
     """One node's scheduler and dispatcher over a Store and a Bus."""
 
-    def __init__(self, store: Store, bus: Bus, settings: Settings, clock: Callable[[], float] = utcnow) -> None:
+    def __init__(
+        self,
+        store: Store,
+        bus: Bus,
+        settings: Settings,
+        clock: Callable[[], float] = utcnow,
+        metrics: NodeMetrics | None = None,
+    ) -> None:
         self.store = store
+        self.metrics = metrics if metrics is not None else NoMetrics()
         self.bus = bus
         self.settings = settings
         self.clock = clock
@@ -76,6 +85,7 @@ class Engine:
         self._tasks: list[asyncio.Task[None]] = []
         self.started_at = self.clock()
         self.hub = AgentHub(self)
+        self.metrics.watch_agents(self.hub)
 
     # ------------------------------------------------------------ life
 
@@ -299,6 +309,7 @@ class Engine:
             fired = await self.store.fire_schedule(s, plan, self._job_maker(s, now))
             if fired is not None:
                 self._after_submit(fired.jobs)
+                self.metrics.schedule_fired(len(fired.jobs), [now - t for t in plan.fire_times], plan.missed_count)
 
     # ------------------------------------------------------------ agents
 
@@ -334,11 +345,13 @@ class Engine:
             if s.free <= 0 or s.name not in self.hub.sessions:
                 continue
             req = ClaimRequest(s.name, min(s.free, self.settings.claim_batch), s.queues, paused, caps, s.labels)
-            jobs = await self.store.claim_jobs(req, self.clock())
+            now = self.clock()
+            jobs = await self.store.claim_jobs(req, now)
             if req.wake_at is not None and (self._next_room_at is None or req.wake_at < self._next_room_at):
                 self._next_room_at = req.wake_at
             if not jobs:
                 continue
+            self.metrics.claimed(jobs, now)
             assigned = True
             for j in jobs:
                 if j.queue in caps:
@@ -374,6 +387,7 @@ class Engine:
             out = await self.change_many(ids, lambda job: decide_lease_expired(job, self.clock(), self.policy))
             for job_id, res in out.items():
                 if isinstance(res, Job):
+                    self.metrics.lease_expired(res.queue)
                     log.warning(
                         "job %s: lease expired (agent %s), attempt %s recorded as lost", job_id, res.agent, res.attempt
                     )

@@ -11,6 +11,7 @@ import signal
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import uvicorn
 
@@ -22,27 +23,45 @@ from core.config import Settings
 from core.engine import Engine
 from core.errors import InvalidInput
 from core.model import Policy
+from core.obs.metrics import NodeMetrics, NoMetrics
 from core.relay import Relay
+from core.store.base import Event
 from core.store.postgres import PostgresStore
 from core.store.sqlite import SQLiteStore
 
 log = logging.getLogger("jobdeck.node")
 
 
-def open_store(settings: Settings, bus: Bus) -> SQLiteStore | PostgresStore:
+def open_store(settings: Settings, bus: Bus, metrics: NodeMetrics | None = None) -> SQLiteStore | PostgresStore:
     """The store named by the settings: the embedded SQLite file unless `database_url` names
-    PostgreSQL (postgresql://user:password@host:port/database), which several nodes can share."""
+    PostgreSQL (postgresql://user:password@host:port/database), which several nodes can share.
+    With `metrics`, its commits are timed and the events it commits counted."""
     url = settings.database_url
     policy = Policy(settings.aging_seconds_per_priority, settings.lease_seconds)
+    on_commit = bus.publish
+    if metrics is not None and metrics.enabled:
+        count, publish = metrics.committed, bus.publish
+
+        def on_commit(events: list[Event]) -> None:
+            count(events)
+            publish(events)
+
+    store = _open_store(url, policy, settings, on_commit)
+    if metrics is not None and metrics.enabled:
+        store.observe_commits(metrics.store_commit)
+    return store
+
+
+def _open_store(url: str, policy: Policy, settings: Settings, on_commit: Any) -> SQLiteStore | PostgresStore:
     if url.startswith(("postgresql://", "postgres://")):
-        return PostgresStore(url, policy, on_commit=bus.publish)
+        return PostgresStore(url, policy, on_commit=on_commit)
     if url and not url.startswith("sqlite:///"):
         raise InvalidInput(
             f"unsupported database URL {url.split('@')[-1]!r}: use postgresql://user@host:5432/database "
             "or sqlite:///path/to/file.db",
             field="database_url",
         )
-    return SQLiteStore(settings.sqlite_path, policy, on_commit=bus.publish)
+    return SQLiteStore(settings.sqlite_path, policy, on_commit=on_commit)
 
 
 def server_tls(settings: Settings) -> ssl.SSLContext:
@@ -86,8 +105,9 @@ class Node:
         channel = f"{CHANNEL}:{settings.cluster_key}"
         self.bus: LocalBus | RedisBus = RedisBus(settings.redis_url, channel) if settings.redis_url else LocalBus()
         self.tls = server_tls(settings) if settings.tls else None  # a bad certificate stops the node first
-        self.store = open_store(settings, self.bus)
-        self.engine = Engine(self.store, self.bus, settings)
+        self.metrics = NodeMetrics() if settings.metrics else NoMetrics()
+        self.store = open_store(settings, self.bus, self.metrics)
+        self.engine = Engine(self.store, self.bus, settings, metrics=self.metrics)
         self.app = create_app(self.engine)
         self.relays: list[Relay] = []
         self.kafka_submissions: KafkaSubmissions | None = None

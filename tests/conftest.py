@@ -82,6 +82,17 @@ async def running(tmp_path: Path) -> AsyncIterator[RunningNode]:
         await stop_node(node, task)
 
 
+def stop_process(proc: subprocess.Popen[Any], seconds: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `seconds`."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

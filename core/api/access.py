@@ -89,6 +89,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/stats/history"): Rule("jobs.read"),
     ("GET", "/v1/events"): Rule("jobs.read"),
     ("GET", "/v1/audit"): Rule("audit.read"),
+    # Prometheus (core/api/observe.py): a team's viewer gets the series of its queues only
+    ("GET", "/metrics"): Rule("jobs.read"),
+    ("GET", "/metrics/cluster"): Rule("jobs.read"),
 }
 TARGET_KIND = {"job_id": "job", "schedule_id": "schedule", "name": None}
 

@@ -211,7 +211,19 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
     """The API of one node over `engine`."""
     from fastapi import Depends
 
-    from core.api import access, agents_ws, auth_routes, events, health, jobs, openapi, queues, schedules, system
+    from core.api import (
+        access,
+        agents_ws,
+        auth_routes,
+        events,
+        health,
+        jobs,
+        observe,
+        openapi,
+        queues,
+        schedules,
+        system,
+    )
     from core.auth.authenticate import Authenticator
 
     settings = engine.settings
@@ -257,9 +269,11 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
                 "field": None}  # fmt: skip
         return JSON(body, status_code=500)
 
-    for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes):
+    for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes, observe):
         app.include_router(module.router)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
+    # Inside BodyLimit (which copies the scope): the router writes the matched route into this scope.
+    app.add_middleware(observe.RequestContext, metrics=engine.metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, batch_limit=16 * settings.max_body_bytes)
     if settings.trusted_proxies:  # outermost: every layer below sees the caller the proxy named
         app.add_middleware(ProxyHeaders, proxies=TrustedProxies(settings.trusted_proxies))

@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
             type=int,
             help="local agent slots" + (" (default 32)" if name == "up" else " (default 0: no local agent)"),
         )
-        s.add_argument("--log-level", dest="log_level")
+        s.add_argument("--log-level", dest="log_level", help="debug, info, warning, error (env JOBDECK_LOG_LEVEL)")
+        s.add_argument("--log-format", dest="log_format", choices=("json", "text", "auto"),
+                       help="json lines, or text; auto (default): text on a terminal, else JSON (env JOBDECK_LOG_FORMAT)")  # fmt: skip
         s.add_argument("--tls-cert", dest="tls_cert_file", metavar="PEM",
                        help="serve https:// with this certificate (chain) (env JOBDECK_TLS_CERT_FILE)")  # fmt: skip
         s.add_argument("--tls-key", dest="tls_key_file", metavar="PEM",
@@ -109,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--heartbeat", type=float, default=5.0, help="seconds between heartbeats (at most a third of the lease)"
     )
+    s.add_argument("--log-level", dest="log_level", help="debug, info, warning, error (env JOBDECK_LOG_LEVEL)")
+    s.add_argument("--log-format", dest="log_format", choices=("json", "text", "auto"),
+                   help="json lines, or text; auto (default): text on a terminal, else JSON (env JOBDECK_LOG_FORMAT)")  # fmt: skip
     s.add_argument("--kill-grace", type=float, default=5.0, dest="kill_grace", help="SIGTERM to SIGKILL on cancel")
     s.add_argument(
         "--secrets-dir",

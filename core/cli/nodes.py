@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from core.client import DEFAULT_SERVER
 from core.config import Settings, load_settings
 from core.errors import JobDeckError
+from core.obs.logs import setup_logging
 
 if TYPE_CHECKING:
     from core.node import Node
@@ -46,7 +47,8 @@ def attach_local_agent(node: Node, name: str | None = None) -> None:
 def node_settings(args: argparse.Namespace) -> Settings:
     """The settings of `jobdeck up` / `server`: the flags over JOBDECK_* and the config file."""
     return load_settings(data_dir=args.data_dir, host=args.host, port=args.port, local_slots=args.slots,
-                         log_level=getattr(args, "log_level", None), tls_cert_file=args.tls_cert_file,
+                         log_level=getattr(args, "log_level", None), log_format=getattr(args, "log_format", None),
+                         tls_cert_file=args.tls_cert_file,
                          tls_key_file=args.tls_key_file, ca_file=getattr(args, "ca_file", None))  # fmt: skip
 
 
@@ -60,7 +62,7 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
     settings = node_settings(args)
     if local_agent and settings.local_slots <= 0:
         local_agent = False
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(settings.log_format, settings.log_level)
     want_web = wants_web(args)
 
     async def main() -> None:
@@ -237,6 +239,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         shutdown_grace_seconds=args.shutdown_grace,
         token=args.token or None,
         secrets_dir=args.secrets_dir or None,
+        log_level=args.log_level or os.environ.get("JOBDECK_LOG_LEVEL") or "info",
+        log_format=args.log_format or os.environ.get("JOBDECK_LOG_FORMAT") or "auto",
     )
 
 

@@ -204,6 +204,7 @@ class PgWriter:
         self._clock = clock
         self._on_commit = on_commit
         self._workers = workers
+        self.observe_commit: Callable[[float], None] | None = None  # the node's commit-latency histogram
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
@@ -299,6 +300,7 @@ class PgWriter:
         conn = await self._pool.acquire()
         try:
             tx = PgTx(conn, self._clock())
+            began = time.perf_counter()
             outcomes: list[_Outcome] = []
             transaction = conn.transaction()
             await transaction.start()
@@ -327,6 +329,8 @@ class PgWriter:
             turn = self._take_turn() if events else None
             try:
                 await transaction.commit()
+                if self.observe_commit is not None:
+                    self.observe_commit(time.perf_counter() - began)
             except Exception as exc:
                 if is_connection_error(exc):
                     raise _CommitUnknown(xid, outcomes, events, turn) from exc

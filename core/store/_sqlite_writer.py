@@ -138,6 +138,7 @@ class Writer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self.schema_version = 0
+        self.observe_commit: Callable[[float], None] | None = None  # the node's commit-latency histogram
 
     async def start(self) -> None:
         """Open the database, apply migrations and start the writer thread."""
@@ -230,6 +231,7 @@ class Writer:
         assert self._loop is not None
         tx = Tx(conn, next_seq, next_job_id, self._clock())
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        began = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
             for op, fut in batch:
@@ -252,6 +254,8 @@ class Writer:
                     [(e.seq, e.ts, e.type, e.job_id, e.queue, e.body) for e in tx.events],
                 )
             conn.execute("COMMIT")
+            if self.observe_commit is not None:
+                self.observe_commit(time.perf_counter() - began)
         except sqlite3.Error as exc:
             log.exception("commit failed")
             if conn.in_transaction:

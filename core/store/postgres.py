@@ -73,6 +73,7 @@ class PostgresStore(PostgresRelayCursors):
         self._on_commit = on_commit
         self._pool: asyncpg.Pool | None = None
         self._writer: PgWriter | None = None
+        self._observe_commit: Callable[[float], None] | None = None
         self._job_id_seq = "jobs_id_seq"
         self._limited: frozenset[str] = frozenset()  # queues with a concurrency limit, as last read
         self._limited_at = float("-inf")
@@ -98,7 +99,14 @@ class PostgresStore(PostgresRelayCursors):
             await self._pool.close()
             raise
         self._writer = PgWriter(self._pool, self.clock, self._on_commit)
+        self._writer.observe_commit = self._observe_commit
         self._writer.start()
+
+    def observe_commits(self, observe: Callable[[float], None]) -> None:
+        """Report each transaction's duration in seconds (the node's store-commit histogram)."""
+        self._observe_commit = observe
+        if self._writer is not None:
+            self._writer.observe_commit = observe
 
     async def close(self) -> None:
         """Commit what is queued and close the pool."""

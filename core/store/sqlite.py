@@ -310,6 +310,10 @@ class SQLiteStore(SQLiteRelayCursors):
 
     # -- plumbing
 
+    def observe_commits(self, observe: Callable[[float], None]) -> None:
+        """Report each transaction's duration in seconds (the node's store-commit histogram)."""
+        self._writer.observe_commit = observe
+
     async def open(self) -> None:
         """Create or migrate the database and start the writer."""
         self._take_lock()

@@ -80,6 +80,8 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
     ("POST", "/v1/agents/{name}/drain"): (lambda o: ("/v1/agents/nobody/drain", None), {A}),
     ("GET", "/v1/stats"): (lambda o: ("/v1/stats", None), {R, OP, A}),
     ("GET", "/v1/stats/history"): (lambda o: ("/v1/stats/history", None), {R, OP, A}),
+    ("GET", "/metrics"): (lambda o: ("/metrics", None), {R, OP, A}),
+    ("GET", "/metrics/cluster"): (lambda o: ("/metrics/cluster", None), {R, OP, A}),
     ("GET", "/v1/events"): (lambda o: ("/v1/events", None), {R, OP, A}),
     ("GET", "/v1/audit"): (lambda o: ("/v1/audit", None), {A}),
 }

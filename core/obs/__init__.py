@@ -1,0 +1,1 @@
+"""Observability of a node: Prometheus metrics (metrics.py), structured logs (logs.py)."""

@@ -1,0 +1,121 @@
+"""/metrics and /metrics/cluster of real nodes, read with Prometheus's own text parser: the
+counters and histograms move with real jobs, the store-wide gauges are the store's, and a sum of
+the node series over several nodes on one PostgreSQL is the cluster's figure (no double count)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from core.client import JobDeckClient
+from tests.auth.principals import TOKENS, auth_settings
+from tests.conftest import RunningNode, node_settings, start_node, stop_node
+from tests.obs.promtext import scrape, value
+
+
+def shell(command: str, queue: str, **extra: object) -> dict[str, object]:
+    return {"name": f"m-{queue}", "queue": queue, "task": {"kind": "shell", "command": command}, **extra}
+
+
+async def test_counters_and_histograms_move_with_real_jobs(running: RunningNode) -> None:
+    client = running.client
+    before = await scrape(running.url)
+    assert value(before, "jobdeck_jobs_submitted_total") == 0, "a fresh node has submitted nothing"
+    ok = [(await client.submit(shell("true", "fast")))["id"] for _ in range(5)]
+    bad = [(await client.submit(shell("exit 3", "slow", max_attempts=1)))["id"] for _ in range(2)]
+    for job_id in ok + bad:
+        await client.wait_for(job_id, timeout=120)
+
+    m = await scrape(running.url)
+    assert value(m, "jobdeck_jobs_submitted_total", queue="fast") == 5, m
+    assert value(m, "jobdeck_jobs_submitted_total", queue="slow") == 2
+    assert value(m, "jobdeck_jobs_finished_total", queue="fast", outcome="succeeded") == 5
+    assert value(m, "jobdeck_jobs_finished_total", queue="slow", outcome="dead") == 2
+    assert value(m, "jobdeck_jobs_finished_total", queue="slow", outcome="succeeded") == 0
+    assert value(m, "jobdeck_pickup_latency_seconds_count", queue="fast") == 5
+    assert value(m, "jobdeck_pickup_latency_seconds_bucket", queue="fast", le="+Inf") == 5
+    assert value(m, "jobdeck_run_duration_seconds_count", queue="slow", outcome="failed") == 2
+    assert value(m, "jobdeck_run_duration_seconds_sum", queue="fast") > 0
+    assert value(m, "jobdeck_store_commit_seconds_count") > 0
+    assert value(m, "jobdeck_agents", draining="false") == 1
+    assert value(m, "jobdeck_agent_slots", use="free") == running.node.settings.local_slots
+    # by route template, not raw path: /v1/jobs/{job_id} is one series however many jobs were read
+    assert value(m, "jobdeck_http_request_duration_seconds_count", method="POST", route="/v1/jobs", status="201") == 7
+    reads = value(m, "jobdeck_http_request_duration_seconds_count", method="GET", route="/v1/jobs/{job_id}")
+    assert reads >= 7, m
+    assert not [k for k in m if ("route", "/v1/jobs/1") in k[1]], "a raw path became a label"
+
+    cluster = await scrape(running.url, "/metrics/cluster")
+    assert value(cluster, "jobdeck_jobs", queue="fast", state="succeeded") == 5, cluster
+    assert value(cluster, "jobdeck_jobs", queue="slow", state="dead") == 2
+    assert value(cluster, "jobdeck_queue_depth", queue="fast") == 0
+    assert value(cluster, "jobdeck_schedules") == 0
+
+
+async def test_an_unmatched_path_is_one_series_and_the_request_id_is_echoed(running: RunningNode) -> None:
+    async with httpx.AsyncClient(base_url=running.url) as http:
+        for i in range(3):
+            assert (await http.get(f"/no/such/{i}")).status_code == 404
+        resp = await http.get("/livez", headers={"X-Request-ID": "abc-123"})
+        assert resp.headers["x-request-id"] == "abc-123"
+        made = (await http.get("/livez")).headers["x-request-id"]
+        assert len(made) == 32, made
+    m = await scrape(running.url)
+    assert value(m, "jobdeck_http_request_duration_seconds_count", route="unmatched", status="404") == 3, m
+
+
+async def test_metrics_off_is_a_404_saying_how_to_turn_them_on(tmp_path: Path) -> None:
+    node, url, task = await start_node(node_settings(tmp_path, metrics="false"), local_agent=False)
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+            for path in ("/metrics", "/metrics/cluster"):
+                resp = await http.get(path)
+                assert resp.status_code == 404, resp.text
+                assert "JOBDECK_METRICS=true" in resp.json()["message"]
+    finally:
+        await stop_node(node, task)
+
+
+async def test_with_sign_in_metrics_need_a_token_and_a_team_sees_its_queues_only(tmp_path: Path) -> None:
+    node, url, task = await start_node(auth_settings(tmp_path), local_agent=False)
+    try:
+        admin = JobDeckClient(url, token=TOKENS["admin"][0])
+        await admin.submit(shell("true", "payments", delay=3600))
+        await admin.submit(shell("true", "search", delay=3600))
+        await admin.close()
+        async with httpx.AsyncClient(base_url=url) as http:
+            assert (await http.get("/metrics")).status_code == 401
+            assert (await http.get("/metrics/cluster")).status_code == 401
+        everything = await scrape(url, "/metrics/cluster", headers={"Authorization": f"Bearer {TOKENS['admin'][0]}"})
+        queues = {dict(k[1]).get("queue") for k in everything if k[0] == "jobdeck_jobs"}
+        assert queues == {"payments", "search"}, everything
+        team = await scrape(url, "/metrics/cluster", headers={"Authorization": f"Bearer {TOKENS['viewer'][0]}"})
+        seen = {dict(k[1]).get("queue") for k in team if k[0] == "jobdeck_jobs"}
+        assert seen == {"payments"}, f"the viewer's team owns payments only; saw {seen}"
+        node_series = await scrape(url, headers={"Authorization": f"Bearer {TOKENS['viewer'][0]}"})
+        assert value(node_series, "jobdeck_jobs_submitted_total", queue="payments") == 1
+        assert value(node_series, "jobdeck_jobs_submitted_total", queue="search") == 0, "another team's queue"
+    finally:
+        await stop_node(node, task)
+
+
+async def test_two_nodes_on_one_postgres_sum_to_the_cluster_without_double_counting(
+    tmp_path: Path, pg_url: str
+) -> None:
+    nodes = [await start_node(node_settings(tmp_path / f"n{i}", database_url=pg_url), local_agent=False)
+             for i in range(2)]  # fmt: skip
+    try:
+        for (_, url, _), n in zip(nodes, (3, 2), strict=True):
+            client = JobDeckClient(url)
+            for _ in range(n):
+                await client.submit(shell("true", "shared", delay=3600))
+            await client.close()
+        node_series = [await scrape(url) for _, url, _ in nodes]
+        assert [value(m, "jobdeck_jobs_submitted_total") for m in node_series] == [3, 2]
+        cluster = [await scrape(url, "/metrics/cluster") for _, url, _ in nodes]
+        # every node reads the same store: the same figure twice, which max() (not sum()) aggregates
+        assert [value(c, "jobdeck_jobs", queue="shared", state="scheduled") for c in cluster] == [5, 5], cluster
+    finally:
+        for node, _, task in nodes:
+            await stop_node(node, task)
