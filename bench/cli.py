@@ -23,6 +23,7 @@ from bench.flow import drain_with_limits
 from bench.kafka import consumer_lag, relay_throughput
 from bench.latency import due_later, due_now
 from bench.lists import job_lists
+from bench.observability import metrics_cost
 from bench.python_tasks import calls as python_calls
 from bench.python_tasks import jobs as python_jobs
 from bench.ratelimit import rate_limit_cost
@@ -86,6 +87,11 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "the Kafka relay: events/s to the broker, and commit -> consumer lag at 1,000 events/s, each beside the "
         "raw aiokafka producer on the same broker",
         (relay_throughput, consumer_lag),
+        False,
+    ),
+    "metrics": (
+        "what Prometheus metrics cost: drain rate and pick-up p99 with JOBDECK_METRICS on vs off, alternating turns",
+        (metrics_cost,),
         False,
     ),
     "web": (

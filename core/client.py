@@ -298,6 +298,18 @@ class JobDeckClient:
     async def stats(self) -> Json:
         return await self._call("GET", "/v1/stats")  # type: ignore[no-any-return]
 
+    async def archive_files(self) -> Json:
+        """The archive's files of finished jobs: `{"folder", "files": [{"file", "day", "bytes"}]}` (admins)."""
+        return await self._call("GET", "/v1/archive")  # type: ignore[no-any-return]
+
+    async def archived_job(self, job_id: int) -> Json:
+        """One archived job: `{"file", "job", "attempts"}` (admins)."""
+        return await self._call("GET", f"/v1/archive/jobs/{job_id}")  # type: ignore[no-any-return]
+
+    async def restore_archive(self, file: str) -> Json:
+        """Put an archive file's jobs back: `{"file", "records", "restored", "skipped"}` (admins)."""
+        return await self._call("POST", "/v1/archive/restore", json={"file": file})  # type: ignore[no-any-return]
+
     async def health(self) -> Json:
         return await self._call("GET", "/healthz")  # type: ignore[no-any-return]
 

@@ -73,6 +73,13 @@ class Settings:
     tls_key_file: str = ""
     ca_file: str = ""  # PEM CA bundle clients started beside this node trust (the web dashboard of `up`)
     audit_retention_days: float = 365.0
+    # Retention (core/retention.py, docs/observability.md): finished jobs older than this go to the archive
+    job_retention_days: float = 30.0  # 0: keep every job
+    queue_retention_days: dict[str, float] = field(default_factory=dict)  # queue -> days (0: keep its jobs)
+    archive_dir: str = ""  # the cold tier: a folder of jobs-YYYY-MM-DD.jsonl.gz (default DATA_DIR/archive)
+    retention_batch: int = 500  # jobs per archive-and-purge transaction
+    retention_pause_seconds: float = 0.05  # between batches: the writer serves the others
+    retention_interval_seconds: float = 60.0  # between rounds
     # Kafka (docs/kafka.md): every committed event out through the outbox relay, submissions in
     kafka_bootstrap: str = ""  # host:port[,host:port...]; empty: no Kafka
     kafka_topic: str = "jobdeck.events"
@@ -220,6 +227,12 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         )
     if settings.log_format not in ("auto", "json", "text"):
         raise InvalidInput(f"log_format {settings.log_format!r} is not one of json, text, auto", field="log_format")
+    if not 1 <= settings.retention_batch <= 10_000:
+        raise InvalidInput("retention_batch must be 1..10000 jobs", field="retention_batch")
+    for queue, days in settings.queue_retention_days.items():
+        if not isinstance(days, (int, float)) or isinstance(days, bool) or days < 0:
+            raise InvalidInput(f"queue_retention_days: {queue} = {days!r} is not a number of days >= 0 "
+                               "(0 keeps the queue's jobs)", field="queue_retention_days")  # fmt: skip
     if settings.relay_lease_seconds < 1:
         raise InvalidInput("relay_lease_seconds must be at least 1", field="relay_lease_seconds")
     parse_networks(settings.trusted_proxies)  # here, so a typo stops the node at its start

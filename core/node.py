@@ -25,6 +25,7 @@ from core.errors import InvalidInput
 from core.model import Policy
 from core.obs.metrics import NodeMetrics, NoMetrics
 from core.relay import Relay
+from core.retention import Retention
 from core.store.base import Event
 from core.store.postgres import PostgresStore
 from core.store.sqlite import SQLiteStore
@@ -108,7 +109,9 @@ class Node:
         self.metrics = NodeMetrics() if settings.metrics else NoMetrics()
         self.store = open_store(settings, self.bus, self.metrics)
         self.engine = Engine(self.store, self.bus, settings, metrics=self.metrics)
+        self.retention = Retention(self.store, settings, self.metrics)
         self.app = create_app(self.engine)
+        self.app.state.archive = self.retention.archive
         self.relays: list[Relay] = []
         self.kafka_submissions: KafkaSubmissions | None = None
         if settings.kafka_bootstrap:
@@ -129,6 +132,7 @@ class Node:
         if isinstance(self.bus, RedisBus):
             await self.bus.start(self.store)
         await self.engine.start()
+        self.retention.start()
         for relay in self.relays:
             relay.start()
         if self.kafka_submissions is not None:
@@ -235,6 +239,7 @@ class Node:
                 await self.kafka_submissions.stop()
             for relay in self.relays:
                 await relay.stop()
+            await self.retention.stop()
             await self.engine.stop()
             await self.app.state.rate_limits.close()
             if isinstance(self.bus, RedisBus):

@@ -214,6 +214,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
     from core.api import (
         access,
         agents_ws,
+        archive,
         auth_routes,
         events,
         health,
@@ -269,7 +270,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
                 "field": None}  # fmt: skip
         return JSON(body, status_code=500)
 
-    for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes, observe):
+    for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes, observe, archive):
         app.include_router(module.router)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     # Inside BodyLimit (which copies the scope): the router writes the matched route into this scope.

@@ -387,3 +387,35 @@ class AuditPage(_Out):
 
 
 __all__ = ["ErrorBody"]
+
+
+class ArchiveFile(_Out):
+    """One archive file: the finished jobs of one day (by finish time, UTC)."""
+
+    file: str
+    day: str
+    bytes: int
+
+
+class ArchiveList(_Out):
+    """The archive's files, newest day first (core/retention.py)."""
+
+    folder: str
+    files: list[ArchiveFile]
+
+
+class ArchivedJob(_Out):
+    """A job as it was archived, with its attempts and the file it is in."""
+
+    file: str
+    job: JobView
+    attempts: list[Attempt]
+
+
+class ArchiveRestored(_Out):
+    """What a restore put back: jobs whose id the store has already are skipped."""
+
+    file: str
+    records: int
+    restored: int
+    skipped: int

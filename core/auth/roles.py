@@ -27,6 +27,8 @@ ACTIONS: dict[str, str] = {
     "queues.configure": "admin",
     "agents.drain": "admin",
     "audit.read": "admin",
+    "archive.read": "admin",
+    "archive.restore": "admin",
 }
 QUEUE_SCOPED = frozenset({"jobs.read", "jobs.write", "schedules.write", "queues.pause"})
 

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from core.cli import signin
+from core.cli.lifecycle import cmd_archive, cmd_backup, cmd_restore
 from core.cli.nodes import cmd_agent, cmd_migrate, cmd_up, cmd_up_console, run_async
 from core.cli.output import view_in
 from core.cli.remote import (
@@ -246,6 +247,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--teams", help="comma-separated teams (their queues are the token's)")
     s.add_argument("--queues", help="comma-separated queue patterns (agent tokens: the queues it may serve)")
     s.set_defaults(entry=signin.cmd_token_new)
+    archive = sub.add_parser("archive", help="finished jobs the retention archived (admins): list, show, restore")
+    archive.set_defaults(run=cmd_archive)
+    arch = archive.add_subparsers(dest="archive_action", metavar="ACTION")
+    arch.add_parser("ls", help="the archive's files, newest day first")
+    arch.add_parser("show", help="one archived job with its attempts and output").add_argument("id", type=int)
+    arch.add_parser("restore", help="put a file's jobs back into the store (ids kept)").add_argument(
+        "file", help="an archive file's name, e.g. jobs-2026-11-01.jsonl.gz"
+    )
+    s = sub.add_parser("backup", help="a consistent copy of the embedded store, while its node runs")
+    s.add_argument("path", help="the new backup file")
+    s.add_argument("--data-dir", dest="data_dir")
+    s.set_defaults(entry=cmd_backup)
+    s = sub.add_parser("restore", help="put a backup in place of the embedded store (stop its node first)")
+    s.add_argument("path", help="a file made by jobdeck backup")
+    s.add_argument("--data-dir", dest="data_dir")
+    s.set_defaults(entry=cmd_restore)
     s = sub.add_parser("audit", help="the audit log, newest first (admins)")
     s.add_argument("--actor")
     s.add_argument("--action", help="e.g. cancel_job")

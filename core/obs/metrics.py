@@ -68,6 +68,8 @@ class NodeMetrics:
                               ["method", "route", "status"], buckets=HTTP_BUCKETS, registry=r)  # fmt: skip
         self.commit = Histogram("jobdeck_store_commit_seconds", "One store transaction (a group commit of many "
                                 "operations)", buckets=COMMIT_BUCKETS, registry=r)  # fmt: skip
+        self.archived = Counter("jobdeck_retention_archived", "Finished jobs written to the archive", registry=r)
+        self.purged = Counter("jobdeck_retention_purged", "Archived jobs deleted from the store", registry=r)
         self._agents: AgentsView | None = None
         r.register(_AgentCollector(self))
 
@@ -109,6 +111,10 @@ class NodeMetrics:
         if missed:
             self.schedule_misses.inc(missed)
 
+    def retained(self, archived: int, purged: int) -> None:
+        self.archived.inc(archived)
+        self.purged.inc(purged)
+
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.http.labels(method, route, str(status)).observe(seconds)
 
@@ -142,6 +148,9 @@ class NoMetrics(NodeMetrics):
         return None
 
     def schedule_fired(self, made: int, lateness: Iterable[float], missed: int) -> None:
+        return None
+
+    def retained(self, archived: int, purged: int) -> None:
         return None
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:

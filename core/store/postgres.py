@@ -27,6 +27,7 @@ from core.store import _pg_sql as sql
 from core.store import audit
 from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
 from core.store._pg_writes import JobChanges, insert_jobs
+from core.store.archive import PostgresArchive
 from core.store.audit import AuditFilter
 from core.store.base import (
     QUEUE_SETTING_COLUMNS,
@@ -61,7 +62,7 @@ INSERT_AUDIT = (
 )
 
 
-class PostgresStore(PostgresRelayCursors):
+class PostgresStore(PostgresRelayCursors, PostgresArchive):
     """The Store protocol on PostgreSQL (see core/store/base.py and core/store/sqlite.py)."""
 
     single_node = False  # other nodes may share the database and hold leases of their own

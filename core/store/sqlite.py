@@ -32,6 +32,7 @@ from core.model import (
 from core.schedule import FirePlan, Run, Schedule, SchedulePolicy, run_to_release, schedule_to_dict
 from core.store import audit
 from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
+from core.store.archive import SQLiteArchive
 from core.store.audit import AuditFilter
 from core.store.base import (
     FINISHED_EVENTS,
@@ -286,7 +287,7 @@ def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
         tx.emit("job.created", j.id, j.queue, {"job": job_summary(j)})
 
 
-class SQLiteStore(SQLiteRelayCursors):
+class SQLiteStore(SQLiteRelayCursors, SQLiteArchive):
     """The Store protocol on one SQLite file (see core/store/base.py)."""
 
     single_node = True  # the file is locked by one node: no other node can hold its leases

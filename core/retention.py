@@ -1,0 +1,173 @@
+"""Retention: finished jobs older than their queue's retention leave the store for the archive.
+
+The archive is the cold tier: one gzip-compressed JSON Lines file per day of finish
+(`jobs-2026-11-01.jsonl.gz` in `archive_dir`), one record per job with its attempts and output
+(core/store/archive.py). Each round takes a small batch (oldest first), appends it to the day's
+file and syncs it to disk, and only then purges the batch from the store, in a transaction of its
+own, with a pause before the next batch: the store's one writer is never held for long. A crash
+between the append and the purge archives those jobs again next round; a restore skips ids the
+store has, so the duplicate is harmless.
+
+Idempotency keys live on their job: a key is remembered while its job is kept, and a second
+submit with it after the purge makes a new job. Audit rows (audit_retention_days, a year) and
+events (event_retention_hours) are pruned by the engine as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from core.config import Settings
+from core.errors import InvalidInput, NotFound
+from core.model import utcnow
+from core.store.archive import Cutoffs
+
+log = logging.getLogger("jobdeck.retention")
+
+FILE_NAME = re.compile(r"^jobs-(\d{4}-\d{2}-\d{2})\.jsonl\.gz$")
+FILE_PATTERN = r"^jobs-\d{4}-\d{2}-\d{2}\.jsonl\.gz$"
+DAY = 86400.0
+
+
+def archive_dir(settings: Settings) -> Path:
+    """Where the archive files are: `archive_dir`, else DATA_DIR/archive."""
+    return Path(settings.archive_dir).expanduser() if settings.archive_dir else settings.data_dir / "archive"
+
+
+def cutoffs(settings: Settings, now: float) -> Cutoffs | None:
+    """The times before which finished jobs go, or None when every job is kept (retention 0)."""
+    if settings.job_retention_days <= 0:
+        return None
+    per_queue = {q: now - d * DAY if d > 0 else float("-inf") for q, d in settings.queue_retention_days.items()}
+    return Cutoffs(now - settings.job_retention_days * DAY, per_queue)
+
+
+class Archive:
+    """The archive folder: append records by day of finish, list the files, read them back."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def append(self, records: list[dict[str, Any]]) -> dict[str, int]:
+        """Append the records to their days' files and sync them (blocking: run in a thread)."""
+        by_day: dict[str, list[bytes]] = {}
+        for r in records:
+            finished = r["job"]["finished_at"] or r["job"]["updated_at"]
+            day = time.strftime("%Y-%m-%d", time.gmtime(finished))
+            by_day.setdefault(day, []).append(orjson.dumps(r) + b"\n")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for day, lines in by_day.items():
+            path = self.folder / f"jobs-{day}.jsonl.gz"
+            # each append is a gzip member of its own: a file of several members is one valid gzip stream
+            with open(path, "ab") as raw:
+                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as gz:
+                    gz.write(b"".join(lines))
+                raw.flush()
+                os.fsync(raw.fileno())
+        return {day: len(lines) for day, lines in by_day.items()}
+
+    def files(self) -> list[dict[str, Any]]:
+        """The archive files, newest day first: name, day, size in bytes."""
+        if not self.folder.is_dir():
+            return []
+        out = []
+        for p in self.folder.iterdir():
+            m = FILE_NAME.match(p.name)
+            if m is not None:
+                out.append({"file": p.name, "day": m.group(1), "bytes": p.stat().st_size})
+        return sorted(out, key=lambda f: str(f["day"]), reverse=True)
+
+    def path(self, name: str) -> Path:
+        """An archive file by name (a bare name: no folders, so no path leaves the archive)."""
+        if FILE_NAME.match(name) is None:
+            raise InvalidInput(f"file: {name!r} is not an archive file name such as jobs-2026-11-01.jsonl.gz "
+                               "(see jobdeck archive ls)", field="file")  # fmt: skip
+        path = self.folder / name
+        if not path.is_file():
+            raise NotFound(f"no archive file {name} in {self.folder}", field="file")
+        return path
+
+    def records(self, name: str) -> Iterator[dict[str, Any]]:
+        """The records of one file, in the order they were archived (blocking)."""
+        with gzip.open(self.path(name), "rb") as f:
+            for line in f:
+                if line.strip():
+                    yield orjson.loads(line)
+
+    def find(self, job_id: int) -> tuple[str, dict[str, Any]] | None:
+        """(file, record): the last archived copy of a job, searching the newest files first (blocking)."""
+        for f in self.files():
+            found = None
+            for r in self.records(str(f["file"])):
+                if r["job"]["id"] == job_id:
+                    found = r
+            if found is not None:
+                return str(f["file"]), found
+        return None
+
+
+class Retention:
+    """The loop that archives and purges; one per node (several nodes may run it: a job purged by
+    another node is simply not found again)."""
+
+    def __init__(self, store: Any, settings: Settings, metrics: Any = None, clock: Any = utcnow) -> None:
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.archive = Archive(archive_dir(settings))
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.settings.job_retention_days > 0:
+            self._task = asyncio.create_task(self._loop(), name="jobdeck-retention")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                archived, purged = await self.run_once()
+                if archived:
+                    log.info("archived %d finished jobs to %s (%d purged)", archived, self.archive.folder, purged)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("a retention round failed; the next one tries again")
+            await asyncio.sleep(self.settings.retention_interval_seconds)
+
+    async def run_once(self, max_batches: int | None = None) -> tuple[int, int]:
+        """Archive and purge batches until none is left (or `max_batches`): (archived, purged)."""
+        archived = purged = batches = 0
+        while max_batches is None or batches < max_batches:
+            cut = cutoffs(self.settings, self.clock())
+            if cut is None:
+                break
+            records = await self.store.archivable_jobs(cut, self.settings.retention_batch)
+            if not records:
+                break
+            await asyncio.to_thread(self.archive.append, records)
+            gone = await self.store.purge_jobs([r["job"]["id"] for r in records], cut)
+            archived += len(records)
+            purged += gone
+            batches += 1
+            if self.metrics is not None:
+                self.metrics.retained(len(records), gone)
+            await asyncio.sleep(self.settings.retention_pause_seconds)  # the writer serves others between batches
+        return archived, purged

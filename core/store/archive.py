@@ -1,0 +1,236 @@
+"""Finished jobs out of the store and back: the reads, purges and restores of core/retention.py,
+on both stores (mixed into SQLiteStore and PostgresStore).
+
+A job leaves as one record, `{"job": {...every Job field...}, "attempts": [{...}, ...]}`, the same
+on both engines, so an archive written by one restores into the other. A purge deletes only jobs
+that are still finished and still past their cutoff: a job retried between the archive's read and
+the purge stays (its archived copy is then an old version, which a restore skips: the id exists).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from core.model import Job
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Awaitable, Callable
+
+    from core.store._pg_writer import Conn, PgTx
+    from core.store._sqlite_writer import Tx
+
+FINISHED_STATES = ("succeeded", "dead", "cancelled")
+ATTEMPT_COLUMNS = ("attempt", "agent", "claimed_at", "started_at", "finished_at", "outcome", "error", "exit_code",
+                   "output", "result")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Cutoffs:
+    """Finished jobs older than these times may go: one for every queue, and per-queue exceptions."""
+
+    default: float
+    queues: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def latest(self) -> float:
+        return max([self.default, *self.queues.values()])
+
+    def sql(self, mark: Callable[[Any], str]) -> str:
+        """`finished_at < <this job's cutoff>` with `mark(value)` adding a parameter."""
+        if not self.queues:
+            return f"finished_at < {mark(self.default)}"
+        first = f"finished_at < {mark(self.latest)}"  # the index's range; marks in the order they appear
+        cases = " ".join(f"WHEN {mark(q)} THEN {mark(t)}" for q, t in sorted(self.queues.items()))
+        return f"{first} AND finished_at < CASE queue {cases} ELSE {mark(self.default)} END"
+
+
+def record(job: Job, attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A job and its attempts as one archive record."""
+    return {"job": dataclasses.asdict(job), "attempts": attempts}
+
+
+def from_record(rec: dict[str, Any]) -> tuple[Job, list[dict[str, Any]]]:
+    """An archive record back as a Job and its attempts (KeyError/TypeError if it is not one)."""
+    job = Job(**rec["job"])
+    attempts = [{k: a.get(k) for k in ATTEMPT_COLUMNS} for a in rec.get("attempts") or []]
+    return job, attempts
+
+
+class _Marks:
+    """Parameters of one statement: `?` for SQLite, `$n` for PostgreSQL."""
+
+    def __init__(self, numbered: bool) -> None:
+        self.numbered = numbered
+        self.values: list[Any] = []
+
+    def __call__(self, value: Any) -> str:
+        self.values.append(value)
+        if not self.numbered:
+            return "?"
+        cast = {float: "::float8", int: "::float8", str: "::text"}.get(type(value), "")
+        return f"${len(self.values)}{cast}"
+
+
+_FINISHED = "state IN ('succeeded', 'dead', 'cancelled')"
+
+
+class SQLiteArchive:
+    """Archive reads, purges and restores on the SQLite store."""
+
+    _write: Callable[[Callable[[Tx], Any]], asyncio.Future[Any]]
+    _read: Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
+
+    async def archivable_jobs(self, cutoffs: Cutoffs, limit: int) -> list[dict[str, Any]]:
+        """Up to `limit` finished jobs past their cutoff, oldest first, as archive records."""
+        from core.store.sqlite import _SELECT_JOB, _job, _loads
+
+        marks = _Marks(False)
+        where = f"{_FINISHED} AND {cutoffs.sql(marks)}"
+        sql = f"{_SELECT_JOB} WHERE {where} ORDER BY finished_at LIMIT {int(limit)}"
+
+        def q(c: sqlite3.Connection) -> list[dict[str, Any]]:
+            jobs = [_job(r) for r in c.execute(sql, marks.values)]
+            if not jobs:
+                return []
+            ids = [j.id for j in jobs]
+            by_job: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+            rows = c.execute(f"SELECT job_id, {', '.join(ATTEMPT_COLUMNS)} FROM attempts WHERE job_id IN "
+                             f"({', '.join('?' * len(ids))}) ORDER BY job_id, attempt", ids)  # fmt: skip
+            for r in rows:
+                by_job[r[0]].append(dict(zip(ATTEMPT_COLUMNS, (*r[1:-1], _loads(r[-1])), strict=True)))
+            return [record(j, by_job[j.id]) for j in jobs]
+
+        return await self._read(q)  # type: ignore[no-any-return]
+
+    async def purge_jobs(self, ids: Sequence[int], cutoffs: Cutoffs) -> int:
+        """Delete these jobs with their attempts and tags, if still finished and past their cutoff."""
+        if not ids:
+            return 0
+
+        def op(tx: Tx) -> int:
+            c = tx.conn
+            marks = _Marks(False)
+            cond = cutoffs.sql(marks)
+            id_list = ", ".join(str(int(i)) for i in ids)
+            gone = [r[0] for r in c.execute(f"DELETE FROM jobs WHERE id IN ({id_list}) AND {_FINISHED} AND {cond} "
+                                            "RETURNING id", marks.values)]  # fmt: skip
+            if gone:
+                done = ", ".join(str(i) for i in gone)
+                c.execute(f"DELETE FROM attempts WHERE job_id IN ({done})")
+                c.execute(f"DELETE FROM job_tags WHERE job_id IN ({done})")
+            return len(gone)
+
+        return await self._write(op)  # type: ignore[no-any-return]
+
+    async def restore_jobs(self, records: Sequence[dict[str, Any]]) -> int:
+        """Put archived jobs back with their ids; a job whose id is in the store is skipped."""
+        from core.store.sqlite import _INSERT_JOB, _db_value, _job_row
+
+        parsed = [from_record(r) for r in records]
+
+        def op(tx: Tx) -> int:
+            c = tx.conn
+            made = 0
+            for job, attempts in parsed:
+                if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone() is not None:
+                    continue
+                c.execute(_INSERT_JOB, _job_row(job))
+                c.executemany("INSERT OR IGNORE INTO job_tags (tag, job_id) VALUES (?, ?)",
+                              [(t, job.id) for t in job.tags])  # fmt: skip
+                c.execute("INSERT OR IGNORE INTO queues (name, created_at, updated_at) VALUES (?, ?, ?)",
+                          (job.queue, tx.now, tx.now))  # fmt: skip
+                c.executemany(
+                    f"INSERT OR IGNORE INTO attempts (job_id, {', '.join(ATTEMPT_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' * (len(ATTEMPT_COLUMNS) + 1))})",
+                    [(job.id, *(_db_value(k, a[k]) if k == "result" else a[k] for k in ATTEMPT_COLUMNS))
+                     for a in attempts],
+                )  # fmt: skip
+                made += 1
+            if made:
+                tx.emit("archive.restored", None, None, {"jobs": made})
+            return made
+
+        return await self._write(op)  # type: ignore[no-any-return]
+
+
+class PostgresArchive:
+    """Archive reads, purges and restores on the PostgreSQL store."""
+
+    _write: Callable[[Callable[[PgTx], Awaitable[Any]]], asyncio.Future[Any]]
+    _read: Callable[[Callable[[Conn], Awaitable[Any]]], Awaitable[Any]]
+
+    async def archivable_jobs(self, cutoffs: Cutoffs, limit: int) -> list[dict[str, Any]]:
+        """Up to `limit` finished jobs past their cutoff, oldest first, as archive records."""
+        from core.store import _pg_sql as sql
+
+        marks = _Marks(True)
+        query = f"{sql.SELECT_JOB} WHERE {_FINISHED} AND {cutoffs.sql(marks)} ORDER BY finished_at LIMIT {int(limit)}"
+
+        async def q(c: Conn) -> list[dict[str, Any]]:
+            jobs = sql.to_jobs(await c.fetch(query, *marks.values))
+            if not jobs:
+                return []
+            by_job: dict[int, list[dict[str, Any]]] = {j.id: [] for j in jobs}
+            rows = await c.fetch(f"SELECT job_id, {', '.join(ATTEMPT_COLUMNS)} FROM attempts "
+                                 "WHERE job_id = ANY($1::bigint[]) ORDER BY job_id, attempt", list(by_job))  # fmt: skip
+            for r in rows:
+                by_job[r[0]].append(dict(zip(ATTEMPT_COLUMNS, (*list(r)[1:-1], sql.loads(r[-1])), strict=True)))
+            return [record(j, by_job[j.id]) for j in jobs]
+
+        return await self._read(q)  # type: ignore[no-any-return]
+
+    async def purge_jobs(self, ids: Sequence[int], cutoffs: Cutoffs) -> int:
+        """Delete these jobs with their attempts and tags, if still finished and past their cutoff."""
+        if not ids:
+            return 0
+
+        async def op(tx: PgTx) -> int:
+            c = tx.conn
+            marks = _Marks(True)
+            id_mark = marks(list(ids))
+            cond = cutoffs.sql(marks)
+            gone = [r[0] for r in await c.fetch(f"DELETE FROM jobs WHERE id = ANY({id_mark}::bigint[]) AND "
+                                                f"{_FINISHED} AND {cond} RETURNING id", *marks.values)]  # fmt: skip
+            if gone:
+                await c.execute("DELETE FROM attempts WHERE job_id = ANY($1::bigint[])", gone)
+                await c.execute("DELETE FROM job_tags WHERE job_id = ANY($1::bigint[])", gone)
+            return len(gone)
+
+        return await self._write(op)  # type: ignore[no-any-return]
+
+    async def restore_jobs(self, records: Sequence[dict[str, Any]]) -> int:
+        """Put archived jobs back with their ids; a job whose id is in the store is skipped."""
+        import orjson
+
+        from core.store import _pg_sql as sql
+
+        parsed = [from_record(r) for r in records]
+        cols = ", ".join(sql.JOB_COLUMNS)
+        insert = (f"INSERT INTO jobs ({cols}) VALUES ({', '.join(f'${i}' for i in range(1, len(sql.JOB_COLUMNS) + 1))}) "
+                  "ON CONFLICT DO NOTHING RETURNING id")  # fmt: skip
+        attempt_sql = (f"INSERT INTO attempts (job_id, {', '.join(ATTEMPT_COLUMNS)}) VALUES "
+                       f"({', '.join(f'${i}' for i in range(1, len(ATTEMPT_COLUMNS) + 2))}) ON CONFLICT DO NOTHING")  # fmt: skip
+
+        async def op(tx: PgTx) -> int:
+            c = tx.conn
+            made = 0
+            for job, attempts in parsed:
+                if await c.fetchval(insert, *sql.job_row(job)) is None:
+                    continue
+                await c.execute(sql.INSERT_QUEUES, [job.queue], tx.now)
+                if job.tags:
+                    await c.execute(sql.INSERT_TAGS, list(job.tags), [job.id] * len(job.tags))
+                for a in attempts:
+                    result = None if a["result"] is None else orjson.dumps(a["result"]).decode()
+                    await c.execute(attempt_sql, job.id, *(result if k == "result" else a[k] for k in ATTEMPT_COLUMNS))
+                made += 1
+            if made:
+                tx.emit("archive.restored", None, None, {"jobs": made})
+            return made
+
+        return await self._write(op)  # type: ignore[no-any-return]

@@ -1,0 +1,178 @@
+"""Retention, the archive API and CLI, and backup / restore, on real nodes and processes: old
+finished jobs leave the store for the archive and come back; a backup of a live store under load
+restores to the same jobs; a PostgreSQL dump restores into a working node."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core.client import JobDeckClient
+from tests.conftest import ROOT, node_settings, spawn_jobdeck, start_node, stop_node, stop_process
+from tests.services import create_database, with_database
+from tests.store.test_archive import DAY, finished_jobs
+
+
+def jobdeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=env)  # fmt: skip
+
+
+async def test_old_jobs_go_to_the_archive_and_come_back_through_the_api(tmp_path: Path) -> None:
+    settings = node_settings(tmp_path, job_retention_days=30, queue_retention_days={"audit": 0},
+                             retention_batch=50, retention_pause_seconds=0)  # fmt: skip
+    node, url, task = await start_node(settings, local_agent=False)
+    try:
+        now = time.time()
+        old = await finished_jobs(node.store, 120, "q", now - 45 * DAY)
+        kept = await finished_jobs(node.store, 3, "audit", now - 45 * DAY)
+        fresh = await finished_jobs(node.store, 2, "q", now - DAY)
+        assert await node.retention.run_once() == (120, 120)
+        async with JobDeckClient(url) as c:
+            listing = await c.archive_files()
+            assert [f["file"] for f in listing["files"]] == [f"jobs-{_day(now - 45 * DAY)}.jsonl.gz"], listing
+            assert listing["folder"] == str(tmp_path / "archive")
+            assert (await c.list_jobs(limit=500))["jobs"].__len__() == len(kept) + len(fresh)
+            shown = await c.archived_job(old[7])
+            assert shown["job"]["id"] == old[7] and shown["job"]["state"] == "succeeded", shown
+            assert shown["attempts"][0]["output"] == f"out {old[7]}"
+            assert shown["file"] == listing["files"][0]["file"]
+            async with httpx.AsyncClient(base_url=url) as http:
+                missing = await http.get(f"/v1/archive/jobs/{fresh[0]}")
+                assert missing.status_code == 404 and "in no archive file" in missing.json()["message"], missing.text
+                bad = await http.post("/v1/archive/restore", json={"file": "../jobdeck.db"})
+                assert bad.status_code == 422 and bad.json()["field"] == "file", bad.text
+                gone = await http.post("/v1/archive/restore", json={"file": "jobs-2001-01-01.jsonl.gz"})
+                assert gone.status_code == 404 and gone.json()["field"] == "file", gone.text
+            done = await c.restore_archive(shown["file"])
+            assert done == {"file": shown["file"], "records": 120, "restored": 120, "skipped": 0}, done
+            back = await c.get_job(old[7])
+            assert back["state"] == "succeeded" and back["id"] == old[7]
+            assert (await c.attempts(old[7]))[0]["output"] == f"out {old[7]}"
+            again = await c.restore_archive(shown["file"])
+            assert (again["restored"], again["skipped"]) == (0, 120)
+    finally:
+        await stop_node(node, task)
+
+
+def _day(ts: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
+def test_archive_cli_against_a_running_node(tmp_path: Path) -> None:
+    sp = spawn_jobdeck(tmp_path / "data", "server")
+    try:
+        env = {**os.environ, "JOBDECK_SERVER": sp.url}
+        out = jobdeck("archive", "ls", env=env)
+        assert out.returncode == 0 and f"archive: {tmp_path / 'data' / 'archive'}" in out.stdout, out
+        out = jobdeck("archive", "show", "5", env=env)
+        assert out.returncode == 1 and "job 5 is in no archive file" in out.stderr, out
+        out = jobdeck("archive", "restore", "nope.gz", env=env)
+        assert out.returncode == 1 and "must be an archive file's name" in out.stderr, out
+    finally:
+        stop_process(sp.proc)
+
+
+def _counts(db: Path) -> dict[str, int]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return dict(conn.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
+    finally:
+        conn.close()
+
+
+async def test_a_backup_of_a_live_store_under_load_restores_to_the_same_jobs(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    sp = spawn_jobdeck(data, "up", env={"JOBDECK_LOCAL_SLOTS": "8"})
+    backup_file = tmp_path / "backups" / "b1.db"
+    try:
+        async with JobDeckClient(sp.url) as c:
+            stop = asyncio.Event()
+
+            async def load() -> int:
+                n = 0
+                while not stop.is_set():
+                    await c.submit_batch([{"name": "load", "queue": "load", "task": {"kind": "shell",
+                                                                                     "command": "true"}}] * 50)  # fmt: skip
+                    n += 50
+                return n
+
+            loader = asyncio.create_task(load())
+            await asyncio.sleep(1.0)  # jobs being submitted, claimed and finished while the copy is made
+            out = await asyncio.to_thread(jobdeck, "backup", str(backup_file), "--data-dir", str(data), "--json")
+            stop.set()
+            submitted = await loader
+        assert out.returncode == 0, out.stderr
+        facts = json.loads(out.stdout)
+        assert 0 < facts["jobs"] <= submitted, (facts, submitted)
+        assert _counts(backup_file) == facts["by_state"]
+        again = jobdeck("backup", str(backup_file), "--data-dir", str(data))
+        assert again.returncode == 1 and "exists already" in again.stderr, again
+        running = jobdeck("restore", str(backup_file), "--data-dir", str(data))
+        assert running.returncode == 1 and "is running on" in running.stderr, running
+    finally:
+        stop_process(sp.proc)
+    before = _counts(data / "jobdeck.db")
+    assert sum(before.values()) >= facts["jobs"], "the store went on after the copy"
+    restored = jobdeck("restore", str(backup_file), "--data-dir", str(data))
+    assert restored.returncode == 0, restored.stderr
+    assert "the store it replaced is kept as" in restored.stdout
+    # the restored node serves the backup's jobs: same count, same states (running ones are retried)
+    sp = spawn_jobdeck(data, "server")
+    try:
+        async with JobDeckClient(sp.url) as c:
+            stats = await c.stats()
+        by_state = {k: v for k, v in stats["by_state"].items() if v}
+        assert sum(by_state.values()) == facts["jobs"], (by_state, facts)
+        settled = {k: v for k, v in facts["by_state"].items() if k != "running"}
+        assert all(by_state.get(k, 0) >= v for k, v in settled.items()), (by_state, facts["by_state"])
+    finally:
+        stop_process(sp.proc)
+    bad = tmp_path / "not-a-store.db"
+    bad.write_text("hello")
+    out = jobdeck("restore", str(bad), "--data-dir", str(data))
+    assert out.returncode == 1 and "is not a JobDeck SQLite store" in out.stderr, out
+
+
+@pytest.mark.skipif(shutil.which("pg_dump") is None, reason="pg_dump missing (apt-get install postgresql-client)")
+async def test_a_postgres_dump_restores_into_a_working_node(tmp_path: Path, pg_url: str) -> None:
+    node, url, task = await start_node(node_settings(tmp_path / "a", database_url=pg_url), local_agent=False)
+    try:
+        async with JobDeckClient(url) as c:
+            ids = [(await c.submit({"name": f"pg-{i}", "queue": "pg", "task": {"kind": "shell", "command": "true"},
+                                    "delay": 3600}))["id"] for i in range(5)]  # fmt: skip
+    finally:
+        await stop_node(node, task)
+    schema = pg_url.split("search_path=")[1].split("&")[0]
+    base = pg_url.split("?")[0]
+    dump = tmp_path / "jobdeck.dump"
+    out = subprocess.run(["pg_dump", "--format=custom", f"--schema={schema}", f"--file={dump}", base],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    target, drop = await create_database()
+    try:
+        out = subprocess.run(["pg_restore", "--no-owner", f"--dbname={target}", str(dump)], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        restored_url = with_database(target, target.rsplit("/", 1)[-1], search_path=schema)
+        node, url, task = await start_node(node_settings(tmp_path / "b", database_url=restored_url), local_agent=False)
+        try:
+            async with JobDeckClient(url) as c:
+                jobs = (await c.list_jobs(queue="pg"))["jobs"]
+                assert sorted(j["id"] for j in jobs) == ids and {j["state"] for j in jobs} == {"scheduled"}
+                made = await c.submit({"name": "after", "queue": "pg", "task": {"kind": "shell", "command": "true"}})
+                assert made["id"] > max(ids), "the id sequence came along: no id is handed out twice"
+        finally:
+            await stop_node(node, task)
+    finally:
+        await drop()

@@ -1,0 +1,102 @@
+"""The archive's store operations on both stores: finished jobs past their cutoff are read oldest
+first with their attempts, purged only while still finished and past it, and restored with their
+ids, attempts and tags (a second restore skips them). The Retention loop over a real archive folder."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from core.config import load_settings
+from core.model import RunResult, build_job, decide_finish, decide_retry
+from core.retention import Archive, Retention
+from core.store.archive import Cutoffs
+from core.store.base import ClaimRequest, JobFilter
+from tests.store.conftest import POLICY, StoreKit
+
+DAY = 86400.0
+NOW = 1_790_000_000.0  # 2026-09-21
+
+
+async def finished_jobs(store: Any, n: int, queue: str, at: float, outcome: str = "succeeded") -> list[int]:
+    """n jobs that ran and ended at time `at` (each with one attempt and its output)."""
+    specs = [{"name": f"old-{queue}-{i}", "queue": queue, "tags": ["t1"], "max_attempts": 1,
+              "task": {"kind": "shell", "command": "true"}} for i in range(n)]  # fmt: skip
+    made = [j for j, _ in await store.submit_jobs([build_job(s, at - 10, POLICY) for s in specs])]
+    ids = {j.id for j in made}
+    claimed: list[Any] = []
+    while len(claimed) < n:
+        claimed += [j for j in await store.claim_jobs(ClaimRequest("a1", 10_000, frozenset({queue})), at - 5)
+                    if j.id in ids]  # fmt: skip
+
+    def finish(job: Any) -> Any:
+        res = RunResult(job.id, job.attempt, outcome, output=f"out {job.id}", exit_code=0, started_at=at - 4,
+                        finished_at=at)  # fmt: skip
+        return decide_finish(job, res, at, POLICY)
+
+    out = await store.change_jobs(dict.fromkeys([j.id for j in claimed], finish))
+    assert all(not isinstance(v, Exception) for v in out.values()), out
+    return sorted(ids)
+
+
+async def test_archivable_jobs_purge_and_restore(kit: StoreKit) -> None:
+    store = kit.store
+    old = await finished_jobs(store, 30, "q", NOW - 40 * DAY)
+    dead = await finished_jobs(store, 5, "q", NOW - 35 * DAY, outcome="failed")  # max_attempts 1: dead
+    recent = await finished_jobs(store, 3, "q", NOW - 1 * DAY)
+    kept_queue = await finished_jobs(store, 4, "keep", NOW - 40 * DAY)
+    waiting = [j.id for j, _ in await store.submit_jobs([build_job({"name": "w", "queue": "q", "task": {
+        "kind": "shell", "command": "true"}}, NOW - 50 * DAY, POLICY)])]  # fmt: skip
+    cut = Cutoffs(NOW - 30 * DAY, {"keep": NOW - 90 * DAY})
+
+    first = await store.archivable_jobs(cut, 20)
+    assert [r["job"]["id"] for r in first] == old[:20], "oldest first, at most the limit"
+    rec = first[0]
+    assert rec["job"]["state"] == "succeeded" and rec["job"]["tags"] == ["t1"]
+    assert [a["output"] for a in rec["attempts"]] == [f"out {old[0]}"] and rec["attempts"][0]["outcome"] == "succeeded"
+    everything = await store.archivable_jobs(cut, 1000)
+    assert {r["job"]["id"] for r in everything} == set(old + dead), "not recent, not the kept queue, not waiting"
+    assert {r["job"]["state"] for r in everything} == {"succeeded", "dead"}
+
+    # a job retried after the read is not purged
+    await store.change_jobs({old[0]: lambda job: decide_retry(job, NOW, POLICY)})
+    gone = await store.purge_jobs([r["job"]["id"] for r in everything], cut)
+    assert gone == len(everything) - 1
+    left = {j.id for j in await store.list_jobs(JobFilter(), None, 1000)}
+    assert left == {old[0], *recent, *kept_queue, *waiting}, left
+    assert await store.list_jobs(JobFilter(tag="t1"), None, 1000) != []
+
+    restorable = [r for r in everything if r["job"]["id"] != old[0]]
+    assert await store.restore_jobs(restorable) == len(restorable)
+    back = await store.get_job(old[1])
+    assert back.state == "succeeded" and back.finished_at == NOW - 40 * DAY and back.tags == ["t1"]
+    assert [a["output"] for a in await store.list_attempts(old[1])] == [f"out {old[1]}"]
+    assert {j.id for j in await store.list_jobs(JobFilter(tag="t1"), None, 1000)} >= set(old[1:])
+    assert await store.restore_jobs(everything) == 0, "ids in the store are skipped (old[0] too: it was retried)"
+    assert (await store.get_job(old[0])).state == "queued", "the restore did not overwrite the retried job"
+
+
+async def test_the_retention_loop_archives_by_day_and_purges(kit: StoreKit, tmp_path: Path) -> None:
+    store = kit.store
+    day_a = await finished_jobs(store, 7, "q", NOW - 40 * DAY)
+    day_b = await finished_jobs(store, 5, "q", NOW - 39 * DAY)
+    recent = await finished_jobs(store, 2, "q", NOW - 2 * DAY)
+    settings = load_settings(environ={}, data_dir=tmp_path, job_retention_days=30, retention_batch=4,
+                             retention_pause_seconds=0)  # fmt: skip
+    retention = Retention(store, settings, clock=lambda: NOW)
+    assert await retention.run_once() == (12, 12)
+    archive = Archive(tmp_path / "archive")
+    files = archive.files()
+    assert [f["day"] for f in files] == ["2026-08-13", "2026-08-12"], files
+    ids = {f["file"]: [r["job"]["id"] for r in archive.records(f["file"])] for f in files}
+    assert ids == {"jobs-2026-08-12.jsonl.gz": day_a, "jobs-2026-08-13.jsonl.gz": day_b}
+    # every line is JSON in a gzip stream of several members (one per batch), readable by any gzip reader
+    raw = gzip.decompress((tmp_path / "archive" / "jobs-2026-08-12.jsonl.gz").read_bytes()).splitlines()
+    assert [orjson.loads(line)["job"]["id"] for line in raw] == day_a
+    assert {j.id for j in await store.list_jobs(JobFilter(), None, 100)} == set(recent)
+    assert archive.find(day_b[2]) == ("jobs-2026-08-13.jsonl.gz", next(
+        r for r in archive.records("jobs-2026-08-13.jsonl.gz") if r["job"]["id"] == day_b[2]))  # fmt: skip
+    assert await retention.run_once() == (0, 0), "nothing left to do"
