@@ -10,6 +10,7 @@ plans and the design are in docs/postgres.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,6 +26,7 @@ from core.schedule import FirePlan, Run, Schedule, run_to_release, schedule_to_d
 from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
 from core.store import audit
+from core.store._pg_statistics import keep_statistics_fresh, refresh_statistics
 from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
 from core.store._pg_writes import JobChanges, insert_jobs
 from core.store.archive import PostgresArchive
@@ -75,6 +77,7 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
         self._pool: asyncpg.Pool | None = None
         self._writer: PgWriter | None = None
         self._observe_commit: Callable[[float], None] | None = None
+        self._statistics: asyncio.Task[None] | None = None
         self._job_id_seq = "jobs_id_seq"
         self._limited: frozenset[str] = frozenset()  # queues with a concurrency limit, as last read
         self._limited_at = float("-inf")
@@ -102,6 +105,7 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
         self._writer = PgWriter(self._pool, self.clock, self._on_commit)
         self._writer.observe_commit = self._observe_commit
         self._writer.start()
+        self._statistics = asyncio.create_task(keep_statistics_fresh(self._pool), name="jobdeck-pg-statistics")
 
     def observe_commits(self, observe: Callable[[float], None]) -> None:
         """Report each transaction's duration in seconds (the node's store-commit histogram)."""
@@ -111,10 +115,21 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
 
     async def close(self) -> None:
         """Commit what is queued and close the pool."""
+        if self._statistics is not None:
+            self._statistics.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._statistics
+            self._statistics = None
         if self._writer is not None:
             await self._writer.stop()
         if self._pool is not None:
             await self._pool.close()
+
+    async def refresh_statistics(self) -> list[str]:
+        """Analyse the job tables if their planner statistics are stale (see _pg_statistics.py)."""
+        if self._pool is None:
+            raise Unavailable("the store is not open")
+        return await refresh_statistics(self._pool)
 
     def _write(self, op: Callable[[PgTx], Awaitable[T]]) -> asyncio.Future[T]:
         if self._writer is None:
@@ -305,13 +320,17 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
                         buckets[name] = (limits, Bucket(tokens, at))
             skip = sorted(set(req.paused) | set(req.caps) | set(capped))
             rows: list[asyncpg.Record] = []
-            if req.queues is None:
-                rows = await c.fetch(sql.CLAIM_ANY, offered, skip, req.limit)
-            elif allowed := sorted(req.queues - set(skip)):
-                rows = await c.fetch(sql.CLAIM_IN, offered, allowed, req.limit)
-            for q, room in rooms.items():
-                if room > 0:
-                    rows += await c.fetch(sql.CLAIM_QUEUE, offered, q, room)
+            await c.execute(sql.INDEX_ORDER_ONLY)
+            try:
+                if req.queues is None:
+                    rows = await c.fetch(sql.CLAIM_ANY, offered, skip, req.limit)
+                elif allowed := sorted(req.queues - set(skip)):
+                    rows = await c.fetch(sql.CLAIM_IN, offered, allowed, req.limit)
+                for q, room in rooms.items():
+                    if room > 0:
+                        rows += await c.fetch(sql.CLAIM_QUEUE, offered, [q], room)
+            finally:
+                await c.execute(sql.INDEX_ORDER_ONLY_END)
             jobs = sql.to_jobs(rows)
             if rooms:
                 jobs.sort(key=lambda j: (j.sort_key, j.id))
@@ -351,7 +370,11 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
         and the earliest run_at still to come (one transaction: the promoter's timer needs both)."""
 
         async def op(tx: PgTx) -> tuple[int, float | None]:
-            jobs = sql.to_jobs(await tx.conn.fetch(sql.PROMOTE_DUE, now, limit))
+            await tx.conn.execute(sql.INDEX_ORDER_ONLY)
+            try:
+                jobs = sql.to_jobs(await tx.conn.fetch(sql.PROMOTE_DUE, now, limit))
+            finally:
+                await tx.conn.execute(sql.INDEX_ORDER_ONLY_END)
             applier = JobChanges(tx)
             for job in jobs:
                 applier.apply(job, decide_promote(job, now, self.policy))
@@ -362,8 +385,13 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
 
     async def expired_lease_ids(self, now: float, limit: int) -> list[int]:
         """Running jobs whose lease ran out."""
-        query = "SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < $1 LIMIT $2"
-        return [r[0] for r in await self._fetch(query, now, limit)]
+
+        async def q(c: Conn) -> list[int]:
+            async with c.transaction():
+                await c.execute(sql.INDEX_ORDER_ONLY)
+                return [r[0] for r in await c.fetch(sql.EXPIRED_LEASES, now, limit)]
+
+        return await self._read(q)
 
     async def running_counts(self) -> dict[str, int]:
         """Running jobs per queue."""
