@@ -12,6 +12,7 @@ import traceback
 
 from agents.runtime import AgentConfig, AgentRefused, AgentRuntime
 from agents.sdk import note_imported, registered_names
+from agents.state import StateDirBusy, default_state_dir
 from core.client import JobDeckClient
 from core.errors import TLSUntrusted
 from core.obs.logs import setup_logging
@@ -37,7 +38,11 @@ async def run_agent(
     server: str, config: AgentConfig, shutdown_grace: float, token: str | None = None, ca_file: str | None = None
 ) -> int:
     """Serve until SIGTERM / SIGINT (then drain for `shutdown_grace` seconds) or until refused."""
-    runtime = AgentRuntime(config)
+    try:
+        runtime = AgentRuntime(config)
+    except (StateDirBusy, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     # Several nodes may be given (a,b,c): the agent uses the first that answers and moves to the
     # next when its node goes away; the store is shared, so its running jobs keep their leases.
     clients = [JobDeckClient(url, token=token, ca_file=ca_file) for url in server.split(",") if url.strip()]
@@ -105,6 +110,7 @@ def main(
     token: str | None = None,
     secrets_dir: str | None = None,
     ca_file: str | None = None,
+    state_dir: str | None = None,
 ) -> int:
     """Entry point of `jobdeck agent` (called by core.cli)."""
     setup_logging(log_format, log_level)
@@ -125,6 +131,9 @@ def main(
     )
     if name:
         config.name = name
+    # An unnamed agent is a new one each start (host-pid): nothing of it is worth keeping.
+    if state_dir or name:
+        config.state_dir = state_dir or str(default_state_dir(config.name))
     try:
         import uvloop
     except ImportError:

@@ -2,7 +2,10 @@
 
 The same runtime serves `jobdeck up` (an in-process channel) and remote agents (a WebSocket).
 Its jobs outlive a connection: when the link to the core drops, running jobs go on, results
-wait, and on reconnect the agent registers again with the jobs it still runs.
+wait, and on reconnect the agent registers again with the jobs it still runs and the results it
+still holds. A result is held until a core acknowledges it (recorded, or refused with a reason):
+it is sent again on every new connection, to any node, and after RESEND_SECONDS without an
+answer. With a state folder (agents/state.py) held results survive the agent's own death too.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -23,6 +27,7 @@ import orjson
 from agents.handlers import HANDLERS, RunContext
 from agents.pool import WorkerPool
 from agents.secrets import SecretStore
+from agents.state import AgentStateDir
 from core.obs import logs
 from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed, Message
 
@@ -30,6 +35,7 @@ log = logging.getLogger("jobdeck.agent")
 
 VERSION = "0.1.0"
 OUTPUT_FLUSH_SECONDS = 0.2
+RESEND_SECONDS = 10.0  # a result sent without an acknowledgement for this long is sent again
 
 
 @dataclass
@@ -44,6 +50,7 @@ class AgentConfig:
     kill_grace_seconds: float = 5.0
     output_tail_bytes: int = 64 * 1024
     secrets_dir: str | None = None  # a folder with one file per secret (besides JOBDECK_SECRET_* variables)
+    state_dir: str | None = None  # identity and unacknowledged results, kept across restarts (agents/state.py)
 
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # results are sent in messages of at most about this size
@@ -81,15 +88,35 @@ class AgentRuntime:
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
-        self.instance = uuid.uuid4().hex  # tells a reconnect of this process from a namesake
+        self.state: AgentStateDir | None = None
+        if config.state_dir:
+            self.state = AgentStateDir(Path(config.state_dir))
+            self.state.acquire()  # StateDirBusy: another process is this agent already
+        # Tells this agent (this process, or a restart of it with its state folder) from a namesake.
+        self.instance = self.state.instance() if self.state else uuid.uuid4().hex
         self.tasks: dict[int, tuple[int, asyncio.Task[None]]] = {}  # job id -> (attempt, task)
         self._cancelled: set[tuple[int, int]] = set()
-        self._results: list[tuple[Message, int]] = []  # finished reports with their rough size
+        # Finished reports (with their rough size) no core has acknowledged, in the order they
+        # finished; those of them to send on this connection; when each was last sent.
+        self._unacked: dict[tuple[int, int], tuple[Message, int]] = {}
+        self._to_send: dict[tuple[int, int], None] = {}
+        self._sent_at: dict[tuple[int, int], float] = {}
+        self._to_write: list[tuple[int, int]] = []  # held results not in the state folder yet
+        self._to_drop: list[tuple[int, int]] = []  # acknowledged ones still in it
+        self._state_lock = asyncio.Lock()
+        self._syncing: asyncio.Task[None] | None = None
+        self._all_acked = asyncio.Event()
+        self._all_acked.set()
+        for report in self.state.kept_results() if self.state else []:
+            key = (int(report["job_id"]), int(report["attempt"]))
+            self._unacked[key] = (report, len(orjson.dumps(report)))
+        if self._unacked:
+            self._all_acked.clear()
+            log.info("%d results of an earlier run of this agent wait for a core", len(self._unacked))
         self._results_ready = asyncio.Event()
         self._output: dict[tuple[int, int], list[bytes]] = {}
         self._stopping = False
         self._hurry = asyncio.Event()
-        self._flushed = asyncio.Event()
         self._channel: Channel | None = None
         self._beat = config.heartbeat_seconds
         self._lease = 3 * config.heartbeat_seconds  # until a core tells us its lease
@@ -140,6 +167,7 @@ class AgentRuntime:
                 "slots": c.slots,
                 "labels": c.labels,
                 "running": self.running_pairs(),
+                "finished": self.finished_pairs(),
             }
         )
         first = await channel.recv()
@@ -153,10 +181,12 @@ class AgentRuntime:
         self._last_contact = time.monotonic()
         if self._stopping:
             await channel.send({"type": "draining"})
+        self._to_send = dict.fromkeys(self._unacked)  # results that waited for this connection
+        self._sent_at.clear()
         helpers = [
             asyncio.create_task(loop(channel)) for loop in (self._send_results, self._heartbeat, self._send_output)
         ]
-        self._results_ready.set()  # results that waited for this connection
+        self._results_ready.set()
         try:
             while True:
                 msg = await channel.recv()
@@ -169,6 +199,8 @@ class AgentRuntime:
                         continue
                     for a in msg["jobs"]:
                         self._start(a)
+                elif kind == "result_ack":
+                    self._acknowledged(msg["results"])
                 elif kind == "cancel":
                     self._cancel(int(msg["job_id"]), int(msg["attempt"]))
                 elif kind == "drain":
@@ -196,6 +228,10 @@ class AgentRuntime:
     def running_pairs(self) -> list[list[int]]:
         """[job id, attempt] of every job running here."""
         return [[j, a] for j, (a, _) in self.tasks.items()]
+
+    def finished_pairs(self) -> list[list[int]]:
+        """[job id, attempt] of every finished run whose result no core has acknowledged yet."""
+        return [[j, a] for j, a in self._unacked]
 
     # ------------------------------------------------------------ jobs
 
@@ -270,33 +306,114 @@ class AgentRuntime:
         report["output"] = ctx.output
         report["finished_at"] = time.time()
         log.debug("run ended: %s in %.3f s", report.get("outcome"), report["finished_at"] - report["started_at"])
-        self._results.append((report, size + len(report["output"])))
+        self._hold(report, size + len(report["output"]))
+
+    def _hold(self, report: Message, size: int) -> None:
+        """Keep a finished run's report until a core acknowledges it, and send it."""
+        key = (int(report["job_id"]), int(report["attempt"]))
+        self._unacked[key] = (report, size)
+        self._to_send[key] = None
+        if self.state is not None:
+            self._to_write.append(key)
+            self._sync_soon()
+        self._all_acked.clear()
         self._results_ready.set()
+
+    def _acknowledged(self, acks: list[list[Any]]) -> None:
+        """The core answered for these results: recorded (None), or refused with a reason. Either
+        way they are done: a refused result can never be recorded (a newer attempt, a deleted job)."""
+        for job_id, attempt, refusal in acks:
+            key = (int(job_id), int(attempt))
+            if refusal:
+                log.warning("the core did not record the result of job %s attempt %s: %s", key[0], key[1], refusal)
+            self._unacked.pop(key, None)
+            self._to_send.pop(key, None)
+            self._sent_at.pop(key, None)
+            if self.state is not None:
+                self._to_drop.append(key)
+        if not self._unacked:
+            self._all_acked.set()
+        if self._to_drop:
+            self._sync_soon()
+
+    def _sync_soon(self) -> None:
+        """Bring the state folder up to date in the background (connected or not)."""
+        if self._syncing is None or self._syncing.done():
+            self._syncing = asyncio.create_task(self._sync_until_current())
+
+    async def _sync_until_current(self) -> None:
+        while self._to_write or self._to_drop:
+            await self._sync_state()
+
+    async def _sync_state(self) -> None:
+        """Write the held results not on disk yet, and forget the acknowledged ones, in a thread
+        (thousands of small files a second must not stall the event loop). Writing happens before
+        the results are sent, so one that any core may have heard of is on disk."""
+        state = self.state
+        if state is None:
+            return
+        async with self._state_lock:  # what another call took is written when it lets go
+            if self._to_write or self._to_drop:
+                await self._write_state(state)
+
+    async def _write_state(self, state: AgentStateDir) -> None:
+        write = [self._unacked[k][0] for k in self._to_write if k in self._unacked]
+        drop, self._to_write, self._to_drop = self._to_drop, [], []
+
+        def sync() -> None:
+            for report in write:
+                try:
+                    state.keep_result(report)
+                except OSError as exc:
+                    log.warning("cannot keep the result of job %s in %s (%s): it is held in memory only",
+                                report["job_id"], state.path, exc)  # fmt: skip
+            for key in drop:
+                state.drop_result(*key)
+
+        await asyncio.to_thread(sync)
+
+    def _resend_unanswered(self) -> None:
+        """Results sent a while ago and never answered (the core could not write them): again."""
+        cutoff = time.monotonic() - RESEND_SECONDS
+        for key, at in list(self._sent_at.items()):
+            if at < cutoff and key in self._unacked and key not in self._to_send:
+                self._to_send[key] = None
 
     # ------------------------------------------------------------ messages to the core
 
     async def _send_results(self, channel: Channel) -> None:
         # Natural batching: whatever finished while the last batch was being sent goes in the next.
-        # A batch that cannot be sent waits for the next connection.
+        # Sent results stay held until acknowledged; the next connection sends them again.
         while True:
-            await self._results_ready.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._results_ready.wait(), RESEND_SECONDS / 2)
             self._results_ready.clear()
-            while self._results:
-                batch = _first_batch(self._results)
-                del self._results[: len(batch)]
+            self._resend_unanswered()
+            await self._sync_state()
+            while self._to_send:
+                keys = list(self._to_send)
+                batch = _first_batch([self._unacked[k] for k in keys])
+                sent = keys[: len(batch)]
+                for k in sent:
+                    del self._to_send[k]
+                await self._sync_state()  # those that finished meanwhile
                 try:
                     await self._flush_output(channel)  # a job's last lines go before its result
                     await channel.send({"type": "result", "results": [r for r, _ in batch]})
-                except BaseException:  # closed, or cancelled mid-send: keep them for the next link
-                    self._results[:0] = batch
+                except BaseException:  # closed, or cancelled mid-send: first in line for the next link
+                    self._to_send = {**dict.fromkeys(k for k in sent if k in self._unacked), **self._to_send}
                     raise
-            self._flushed.set()
+                now = time.monotonic()
+                for k in sent:
+                    self._sent_at[k] = now
 
     async def _heartbeat(self, channel: Channel) -> None:
         while True:
             await asyncio.sleep(self._beat)
             with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
-                await channel.send({"type": "heartbeat", "running": self.running_pairs()})
+                await channel.send(
+                    {"type": "heartbeat", "running": self.running_pairs(), "finished": self.finished_pairs()}
+                )
                 self._last_contact = time.monotonic()  # the core extends our leases on each beat
 
     async def _send_output(self, channel: Channel) -> None:
@@ -343,11 +460,16 @@ class AgentRuntime:
                 t.cancel()
             await asyncio.gather(*late, return_exceptions=True)
         await self.workers.close()
-        if self._results and self._channel is not None:
-            self._flushed.clear()
+        if self._unacked and self._channel is not None:
             self._results_ready.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._flushed.wait(), 5.0)
+                await asyncio.wait_for(self._all_acked.wait(), 5.0)
+        if self._unacked:
+            where = f"kept in {self.state.path} for the next start" if self.state else "lost with this process"
+            log.warning("%d results were not acknowledged by a core: %s", len(self._unacked), where)
         if self._channel is not None:
             with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
                 await self._channel.close()
+        if self.state is not None:
+            await self._sync_state()
+            self.state.release()

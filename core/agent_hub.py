@@ -4,11 +4,12 @@ agent, heartbeats, live output, results, draining, and why a job no agent can ta
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.agent_session import AgentSession
@@ -22,6 +23,13 @@ if TYPE_CHECKING:
     from core.engine import Engine
 
 log = logging.getLogger("jobdeck.agents")
+
+RUN_RESULT_FIELDS = frozenset(f.name for f in dataclasses.fields(RunResult))
+
+
+def _pairs(value: Any) -> list[tuple[int, int]]:
+    """[[job, attempt], ...] of a register or heartbeat message as tuples."""
+    return [(int(j), int(a)) for j, a in value or []]
 
 
 class AgentHub:
@@ -67,7 +75,7 @@ class AgentHub:
         await channel.send(
             {"type": "welcome", "protocol": PROTOCOL_VERSION, "lease_seconds": self.policy.lease_seconds}
         )
-        await self._adopt(session, [(int(j), int(a)) for j, a in hello.get("running") or []])
+        await self._adopt(session, _pairs(hello.get("running")), _pairs(hello.get("finished")))
         await self.store.record_event("agent.connected", {"agent": session.to_dict()})
         self.engine.wake()
         try:
@@ -92,19 +100,24 @@ class AgentHub:
             return f"slots must be a whole number >= 0, not {slots!r}"
         return None
 
-    async def _adopt(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
-        """Keep the runs the agent still has whose leases are still ours; stop the others."""
-        if not running:
+    async def _adopt(
+        self, session: AgentSession, running: list[tuple[int, int]], finished: list[tuple[int, int]]
+    ) -> None:
+        """Keep the runs the agent still has whose leases are still ours; stop the others. Runs it
+        finished and holds the results of keep their leases until those results arrive."""
+        if not running and not finished:
             return
-        stale = await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
+        until = self.clock() + self.policy.lease_seconds
+        stale = set(await self.store.extend_leases(session.name, running + finished, until))
         for job_id, attempt in running:
             if (job_id, attempt) not in stale:
                 session.running[job_id] = attempt
-        for job_id, attempt in stale:
-            log.warning(
-                "agent %s still runs job %s attempt %s, whose lease it lost: stopping it", session.name, job_id, attempt
-            )
-            await session.cancel(job_id, attempt)
+            else:
+                log.warning(
+                    "agent %s still runs job %s attempt %s, whose lease it lost: stopping it",
+                    session.name, job_id, attempt,
+                )  # fmt: skip
+                await session.cancel(job_id, attempt)
 
     async def reclaim_orphans(self, prefix: str, current: str) -> None:
         """Right after start: runs of this node's earlier local agents (named `prefix`...) died with
@@ -181,35 +194,58 @@ class AgentHub:
         return None
 
     async def finish_attempts(self, session: AgentSession, results: list[dict[str, Any]]) -> None:
-        """Record what an agent reports; stale results (wrong attempt) are refused by the decision."""
+        """Record what an agent reports, then acknowledge each result: recorded (None) or refused
+        with the reason (the attempt number is the fence: a result of an attempt that is not the
+        job's running one is refused). Nothing is acknowledged when the store cannot write them:
+        the agent holds them and sends them again."""
         decisions: dict[int, Decide] = {}
         runs: dict[int, RunResult] = {}
         for r in results:
-            rr = RunResult(**r)
+            rr = RunResult(**{k: v for k, v in r.items() if k in RUN_RESULT_FIELDS})
             runs[rr.job_id] = rr
             decisions[rr.job_id] = functools.partial(self._decide_finish, rr)
-            session.running.pop(rr.job_id, None)
-            self.live_output.pop((rr.job_id, rr.attempt), None)
-        out = await self.store.change_jobs(decisions)
+        try:
+            out = await self.store.change_jobs(decisions)
+        except Exception as exc:
+            log.warning(
+                "could not record %d results from %s (%s): it sends them again", len(results), session.name, exc
+            )
+            return
         metrics = self.engine.metrics
+        acks: list[list[Any]] = []
         for job_id, res in out.items():
+            rr = runs[job_id]
+            if session.running.get(job_id) == rr.attempt:
+                del session.running[job_id]
+            self.live_output.pop((job_id, rr.attempt), None)
             if isinstance(res, JobDeckError):
                 log.info("refused a result from %s: %s", session.name, res.message)
+                acks.append([job_id, rr.attempt, res.message])
                 continue
-            rr = runs[job_id]
+            acks.append([job_id, rr.attempt, None])
             metrics.ran(res.queue, rr.outcome, rr.started_at, rr.finished_at)
             if res.state == "failed" and res.run_at < self.engine.next_promote_at:
                 self.engine.wake_promoter()
         self.engine.wake()
+        with contextlib.suppress(ChannelClosed, ConnectionError):
+            await session.channel.send({"type": "result_ack", "results": acks})
 
     def _decide_finish(self, rr: RunResult, job: Job) -> Any:
         return decide_finish(job, rr, self.clock(), self.policy)
 
-    async def heartbeat(self, session: AgentSession, running: list[tuple[int, int]]) -> None:
-        """The agent still runs these (job, attempt) pairs: extend their leases. A run whose lease
-        is no longer this agent's (expired and retried elsewhere, or fenced) is told to stop."""
-        stale = await self.store.extend_leases(session.name, running, self.clock() + self.policy.lease_seconds)
+    async def heartbeat(
+        self, session: AgentSession, running: Sequence[tuple[int, int]], finished: Sequence[tuple[int, int]] = ()
+    ) -> None:
+        """The agent still runs these (job, attempt) pairs, and holds the results of `finished` ones
+        not yet acknowledged: extend their leases (a result waiting behind a large batch must not
+        see its lease run out). A run whose lease is no longer this agent's (expired and retried
+        elsewhere, or fenced) is told to stop."""
+        until = self.clock() + self.policy.lease_seconds
+        stale = await self.store.extend_leases(session.name, [*running, *finished], until)
+        done = set(finished)
         for job_id, attempt in stale:
+            if (job_id, attempt) in done:
+                continue  # its result is on its way; the fence decides when it arrives
             session.running.pop(job_id, None)
             await session.cancel(job_id, attempt)
 

@@ -90,7 +90,11 @@ class AgentSession:
                     await self.hub.finish_attempts(self, msg["results"])
                 elif kind == "heartbeat":
                     self.last_heartbeat = time.time()
-                    await self.hub.heartbeat(self, [(int(j), int(a)) for j, a in msg.get("running", [])])
+                    await self.hub.heartbeat(
+                        self,
+                        [(int(j), int(a)) for j, a in msg.get("running", [])],
+                        [(int(j), int(a)) for j, a in msg.get("finished", [])],
+                    )
                 elif kind == "output":
                     self.hub.record_output(self, msg["chunks"])
                 elif kind == "draining":

@@ -39,10 +39,12 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.PAUSED}),
     # running -> queued: an agent handed the job back unstarted (drain).
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.DEAD, S.CANCELLED, S.QUEUED}),
-    S.FAILED: frozenset({S.QUEUED, S.CANCELLED, S.PAUSED}),
+    # failed / dead -> succeeded: a late result. The attempt was recorded lost (its agent went
+    # quiet) but its run had finished; no newer attempt has started (see decide_finish).
+    S.FAILED: frozenset({S.QUEUED, S.CANCELLED, S.PAUSED, S.SUCCEEDED}),
     S.PAUSED: frozenset({S.QUEUED, S.SCHEDULED, S.FAILED, S.BLOCKED, S.CANCELLED}),
     S.SUCCEEDED: frozenset({S.QUEUED}),  # retry: run it again
-    S.DEAD: frozenset({S.QUEUED}),  # replay from the dead-letter set
+    S.DEAD: frozenset({S.QUEUED, S.SUCCEEDED}),  # replay from the dead-letter set; a late result
     S.CANCELLED: frozenset({S.QUEUED}),  # retry
 }
 
@@ -344,14 +346,37 @@ class RunResult:
     retryable: bool = True  # False when another attempt cannot help (the agent has no such task)
 
 
+def late_result(job: Job, res: RunResult) -> bool:
+    """A success reported for an attempt the core already recorded lost, when no newer attempt has
+    started: the run finished, its result was only late (its node died, its agent was cut off). A
+    lost attempt is one the core closed without any report of the agent: started_at, which only
+    an agent's report sets, is empty."""
+    return (
+        res.outcome == "succeeded"
+        and job.state in (S.FAILED, S.DEAD)
+        and job.attempt == res.attempt
+        and job.started_at is None
+    )
+
+
+def stale_result_reason(job: Job, res: RunResult) -> str:
+    """Why a result of `res.attempt` cannot be recorded for `job` (the attempt number is the fence)."""
+    head = f"result of job {job.id} attempt {res.attempt} not recorded"
+    if job.attempt > res.attempt:
+        return f"{head}: attempt {job.attempt} has started since"
+    if job.attempt < res.attempt:
+        return f"{head}: the job is at attempt {job.attempt}"
+    if job.started_at is not None:
+        return f"{head}: the attempt's result is recorded already (the job is {job.state})"
+    return f"{head}: the attempt was recorded lost ({job.last_error}) and the job is {job.state}"
+
+
 def decide_finish(job: Job, res: RunResult, now: float, policy: Policy, rng: random.Random | None = None) -> Change:
-    """Record the end of an attempt: success, a retry with backoff, the dead-letter set, or cancelled."""
-    if job.state != S.RUNNING or job.attempt != res.attempt:
-        raise Conflict(
-            f"stale result for job {job.id} attempt {res.attempt}: job is {job.state} at attempt {job.attempt}",
-            state=job.state,
-            job_id=job.id,
-        )
+    """Record the end of an attempt: success, a retry with backoff, the dead-letter set, or cancelled.
+    Only the job's current attempt may finish: while it runs, or (a late success) once recorded lost."""
+    late = late_result(job, res)
+    if not late and (job.state != S.RUNNING or job.attempt != res.attempt):
+        raise Conflict(stale_result_reason(job, res), state=job.state, job_id=job.id)
     attempt_row = {
         "attempt": res.attempt,
         "outcome": res.outcome,
@@ -387,6 +412,8 @@ def decide_finish(job: Job, res: RunResult, now: float, policy: Policy, rng: ran
     else:
         change = _move(job, S.DEAD, "finish", now, last_error=res.error, **common)
     change.data.update(attempt=res.attempt, outcome=res.outcome)
+    if late:
+        change.data["late"] = True  # the attempt had been recorded lost
     if res.error:
         change.data["error"] = res.error[:500]
     change.attempt = attempt_row

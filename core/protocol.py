@@ -1,8 +1,13 @@
 """The agent protocol: a few JSON-able messages over a channel (in-process, or a WebSocket).
 
-agent -> core: register, heartbeat, output, result, hand_back
-core -> agent: welcome, assign, cancel, drain
+agent -> core: register, heartbeat, output, result, hand_back, draining
+core -> agent: welcome, assign, cancel, drain, result_ack
 Every message is a dict with a "type". Results and assignments travel in batches.
+
+Results are acknowledged: after the store committed a batch (or refused some of it), the core
+answers `result_ack` with [job_id, attempt, refusal] per result (refusal None: recorded). The
+agent holds every result until then, and lists the held ones as `finished` in its register
+and heartbeat messages (their leases are extended as the running ones' are).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: results are acknowledged (result_ack), `finished` pairs
 
 Message = dict[str, Any]
 

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,22 @@ from core.cli import attach_local_agent
 from core.client import JobDeckClient
 from core.config import Settings, load_settings
 from core.node import Node
+from tests.services import create_database, execute, postgres_problem, run_sync, with_database
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _agent_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Agents started by a test keep their state (agents/state.py) under a temp folder, never in
+    the user's ~/.local/state, where another test run's agent of the same name would hold it."""
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("xdg-state"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old
 
 
 @dataclass
@@ -143,8 +158,12 @@ def spawn_jobdeck(
 
 
 def spawn_agent(server: str, name: str, log_dir: Path, *args: str) -> subprocess.Popen[str]:
-    """Start `jobdeck agent --server SERVER --name NAME ARGS...`; its output goes to log_dir/agent-NAME.log."""
+    """Start `jobdeck agent --server SERVER --name NAME ARGS...`; its output goes to log_dir/agent-NAME.log,
+    its state (unless ARGS say --state-dir) to log_dir/agent-NAME-state: a restart with the same name is
+    the same agent."""
     log = open(log_dir / f"agent-{name}.log", "a")  # noqa: SIM115 - closed with the process
+    if "--state-dir" not in args:
+        args = ("--state-dir", str(log_dir / f"agent-{name}-state"), *args)
     cmd = [sys.executable, "-m", "core.cli", "agent", "--server", server, "--name", name, *args]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
@@ -218,3 +237,25 @@ def recorded_runs(tmp_path: Path) -> list[tuple[str, int, int, float]]:
         return []
     rows = (line.split() for line in path.read_text().splitlines())
     return [(w, int(j), int(a), float(t)) for w, j, a, t in rows]
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A throw-away PostgreSQL database for this test session (tests use a fresh schema in it)."""
+    problem = postgres_problem()
+    if problem:
+        pytest.skip(problem)
+    url, drop = run_sync(create_database())
+    try:
+        yield url
+    finally:
+        run_sync(drop())
+
+
+@pytest.fixture
+def pg_url(pg_database: str) -> Iterator[str]:
+    """A URL whose connections work in a fresh, empty schema of the session's database."""
+    schema = f"s_{uuid.uuid4().hex[:12]}"
+    run_sync(execute(pg_database, f"CREATE SCHEMA {schema}"))
+    yield with_database(pg_database, pg_database.rsplit("/", 1)[-1], search_path=schema)
+    run_sync(execute(pg_database, f"DROP SCHEMA {schema} CASCADE"))

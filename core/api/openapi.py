@@ -64,7 +64,9 @@ one gets a `stream.error` (the feed goes on with the filter it had). Schemas: `E
 
 An agent sends `Register` first; the core answers `Welcome` (or `AgentError` and closes). Then the
 agent sends `Heartbeat`, `Output`, `Result`, `HandBack` and `Draining`; the core sends `Assign`,
-`Cancel` and `Drain`. A malformed message gets `AgentError` and the socket is closed (code 1007).
+`Cancel`, `ResultAck` (once a `Result`'s batch is committed, or refused with reasons) and `Drain`.
+The agent holds each result until it is acknowledged and sends it again on its next connection,
+to any node. A malformed message gets `AgentError` and the socket is closed (code 1007).
 Agent tokens (role `agent`) may serve only their teams' queues.
 """
 

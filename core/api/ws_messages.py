@@ -77,6 +77,9 @@ class Register(_Msg):
     slots: Int = Field(ge=0, le=1_000_000)
     labels: Labels = Field(default_factory=dict)
     running: list[Pair] = Field(default_factory=list, description="[job_id, attempt] it still runs")
+    finished: list[Pair] = Field(
+        default_factory=list, description="[job_id, attempt] it finished and holds the unacknowledged result of"
+    )
 
 
 class Heartbeat(_Msg):
@@ -84,6 +87,7 @@ class Heartbeat(_Msg):
 
     type: Literal["heartbeat"]
     running: list[Pair] = Field(default_factory=list)
+    finished: list[Pair] = Field(default_factory=list, description="held results not yet acknowledged")
 
 
 class Output(_Msg):
@@ -146,9 +150,10 @@ def _hot_problem(msg: dict[str, Any]) -> str | None:
     a pair, 15 ms for a 5,000-slot agent's heartbeat."""
     kind = msg["type"]
     if kind == "heartbeat":
-        running = msg.get("running", [])
-        if type(running) is not list or not all([_ids(p, 2) for p in running]):
-            return "heartbeat message: running must be a list of [job_id, attempt] whole numbers"
+        for key in ("running", "finished"):
+            pairs = msg.get(key, [])
+            if type(pairs) is not list or not all([_ids(p, 2) for p in pairs]):
+                return f"heartbeat message: {key} must be a list of [job_id, attempt] whole numbers"
     elif kind == "output":
         chunks = msg.get("chunks")
         if type(chunks) is not list or not all(_ids(c, 3) and type(c[2]) is str for c in chunks):
@@ -222,6 +227,14 @@ class Cancel(BaseModel):
     attempt: int
 
 
+class ResultAck(BaseModel):
+    """The results of a Result message are done: [job_id, attempt, refusal] each, refusal null when
+    the result was recorded, else why it never will be (the agent logs it and forgets the result)."""
+
+    type: Literal["result_ack"]
+    results: list[tuple[int, int, str | None]]
+
+
 class Drain(BaseModel):
     """Take no new work; finish what runs."""
 
@@ -249,6 +262,7 @@ WS_SCHEMAS: dict[str, type[BaseModel]] = {
         Welcome,
         Assign,
         Cancel,
+        ResultAck,
         Drain,
         AgentError,
     )

@@ -125,6 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
         "JOBDECK_SECRET_<NAME> variables of the agent are secrets too",
     )
     s.add_argument(
+        "--state-dir",
+        dest="state_dir",
+        default=os.environ.get("JOBDECK_AGENT_STATE_DIR", ""),
+        metavar="DIR",
+        help="the agent's identity and the results no core has acknowledged yet, kept across restarts "
+        "(env JOBDECK_AGENT_STATE_DIR; default with --name: $XDG_STATE_HOME/jobdeck/agents/NAME, "
+        "~/.local/state/... when unset; one process per folder)",
+    )
+    s.add_argument(
         "--shutdown-grace",
         type=float,
         default=30.0,

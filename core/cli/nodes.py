@@ -241,6 +241,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         secrets_dir=args.secrets_dir or None,
         log_level=args.log_level or os.environ.get("JOBDECK_LOG_LEVEL") or "info",
         log_format=args.log_format or os.environ.get("JOBDECK_LOG_FORMAT") or "auto",
+        state_dir=args.state_dir or None,
     )
 
 

@@ -296,7 +296,8 @@ async def test_bad_agents_are_refused_with_a_reason(
     assert reply["type"] == "error" and "protocol 99" in reply["message"], reply
     agents.start(server.url, "twin", "--slots", "1")
     await wait_agents(client, "twin")
-    second = agents.start(server.url, "twin", "--slots", "1")
+    # A namesake elsewhere (its own state folder, so another identity) is refused by the core.
+    second = agents.start(server.url, "twin", "--slots", "1", "--state-dir", str(server.data_dir.parent / "twin2"))
     assert second.wait(15) == 1
     assert "is connected already" in agents.log("twin")
     bad_import = subprocess.run(

@@ -108,16 +108,16 @@ def _is_filter(frame: Any) -> bool:
 
 
 async def _register(ws: Any, **fields: Any) -> dict[str, Any]:
-    hello = {"type": "register", "protocol": 1, "name": "ws-test", "instance": "i", "slots": 1, "queues": ["wsq"]}
+    hello = {"type": "register", "protocol": 2, "name": "ws-test", "instance": "i", "slots": 1, "queues": ["wsq"]}
     await ws.send(orjson.dumps({**hello, **fields}))
     return dict(orjson.loads(await ws.recv()))
 
 
 @pytest.mark.parametrize(
     "first",
-    [b"not json", b"[]", b'{"no": "type"}', b'{"type": "register", "protocol": 1, "name": "x", "slots": "5"}',
-     b'{"type": "register", "protocol": 1, "name": "x\\u0000", "slots": 1}',
-     b'{"type": "register", "protocol": 1, "name": "x", "slots": 1, "running": [["a", 1]]}'],
+    [b"not json", b"[]", b'{"no": "type"}', b'{"type": "register", "protocol": 2, "name": "x", "slots": "5"}',
+     b'{"type": "register", "protocol": 2, "name": "x\\u0000", "slots": 1}',
+     b'{"type": "register", "protocol": 2, "name": "x", "slots": 1, "running": [["a", 1]]}'],
 )  # fmt: skip
 async def test_an_agent_that_sends_garbage_is_told_and_closed(running: RunningNode, first: bytes) -> None:
     async with asyncio.timeout(10), websockets.connect(ws_url(running, "/v1/agents")) as ws:

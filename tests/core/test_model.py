@@ -95,10 +95,10 @@ EXPECTED_TRANSITIONS: dict[str, set[str]] = {
     "scheduled": {"queued", "cancelled", "paused"},
     "queued": {"running", "cancelled", "paused"},
     "running": {"succeeded", "failed", "dead", "cancelled", "queued"},
-    "failed": {"queued", "cancelled", "paused"},
+    "failed": {"queued", "cancelled", "paused", "succeeded"},  # succeeded: a late result of a lost attempt
     "paused": {"queued", "scheduled", "failed", "blocked", "cancelled"},
     "succeeded": {"queued"},
-    "dead": {"queued"},
+    "dead": {"queued", "succeeded"},
     "cancelled": {"queued"},
 }
 
@@ -132,10 +132,13 @@ def test_no_state_moves_to_itself_and_only_a_claim_or_a_result_touches_running()
         assert state not in targets, f"{state} -> {state} should not be a transition"
     into_running = {s for s, targets in TRANSITIONS.items() if JobState.RUNNING in targets}
     assert into_running == {JobState.QUEUED}
-    into_results = {s for s, targets in TRANSITIONS.items() if targets & {JobState.SUCCEEDED, JobState.DEAD}}
-    assert into_results == {JobState.RUNNING}
+    into_dead = {s for s, targets in TRANSITIONS.items() if JobState.DEAD in targets}
+    assert into_dead == {JobState.RUNNING}
+    into_succeeded = {s for s, targets in TRANSITIONS.items() if JobState.SUCCEEDED in targets}
+    assert into_succeeded == {JobState.RUNNING, JobState.FAILED, JobState.DEAD}, "a run, or a late result of one"
     for final in FINAL_STATES:
-        assert TRANSITIONS[final] == {JobState.QUEUED}, f"{final} should only leave by retry, got {TRANSITIONS[final]}"
+        late = {JobState.SUCCEEDED} if final == JobState.DEAD else set()
+        assert TRANSITIONS[final] == {JobState.QUEUED} | late, f"{final} leaves by retry only, got {TRANSITIONS[final]}"
 
 
 # ---------------------------------------------------------------- pause / resume
@@ -376,12 +379,49 @@ def test_a_cancelled_outcome_ends_cancelled() -> None:
     assert after.finished_at == NOW
 
 
-@pytest.mark.parametrize(("state", "attempt"), [("running", 1), ("running", 3), ("queued", 2), ("failed", 2)])
-def test_a_stale_result_is_refused(state: str, attempt: int) -> None:
-    job = make_job(state=state, attempt=2, agent="agent-b", lease_expires_at=NOW + 30 if state == "running" else None)
+@pytest.mark.parametrize(
+    ("state", "attempt", "why"),
+    [
+        ("running", 1, "attempt 2 has started since"),
+        ("running", 3, "the job is at attempt 2"),
+        ("queued", 2, "the attempt's result is recorded already (the job is queued)"),
+        ("failed", 2, "the attempt's result is recorded already (the job is failed)"),
+        ("succeeded", 2, "the attempt's result is recorded already (the job is succeeded)"),
+    ],
+)
+def test_a_stale_result_is_refused_saying_why(state: str, attempt: int, why: str) -> None:
+    job = make_job(state=state, attempt=2, agent="agent-b", started_at=NOW - 5,
+                   lease_expires_at=NOW + 30 if state == "running" else None)  # fmt: skip
     with pytest.raises(Conflict) as info:
         decide_finish(job, RunResult(job.id, attempt, "succeeded"), NOW, POLICY)
-    assert "stale" in info.value.message and f"job is {state}" in info.value.message, info.value.message
+    assert info.value.message == f"result of job {job.id} attempt {attempt} not recorded: {why}"
+
+
+@pytest.mark.parametrize("attempts_left", [True, False])
+def test_a_late_success_of_an_attempt_recorded_lost_is_recorded(attempts_left: bool) -> None:
+    """The run finished but its result came after the lease ran out: no newer attempt has started,
+    so the success stands (failed or dead -> succeeded) instead of the job running again."""
+    job = running_job(attempt=2, max_attempts=3 if attempts_left else 2, lease_expires_at=NOW - 1)
+    lost = apply(job, decide_lease_expired(job, NOW, POLICY))
+    assert lost.state == ("failed" if attempts_left else "dead")
+    res = RunResult(job.id, 2, "succeeded", result=7, started_at=NOW - 9, finished_at=NOW - 2)
+    change = decide_finish(lost, res, NOW + 1, POLICY)
+    after = apply(lost, change)
+    assert (after.state, after.result, after.attempt, after.last_error) == ("succeeded", 7, 2, None)
+    assert change.data["late"] is True and change.attempt is not None and change.attempt["outcome"] == "succeeded"
+
+
+def test_a_late_failure_and_a_result_after_a_newer_attempt_are_refused() -> None:
+    job = running_job(attempt=1, max_attempts=3, lease_expires_at=NOW - 1)
+    lost = apply(job, decide_lease_expired(job, NOW, POLICY))
+    with pytest.raises(Conflict) as info:
+        decide_finish(lost, RunResult(job.id, 1, "failed", error="boom", started_at=NOW - 3), NOW, POLICY)
+    assert "the attempt was recorded lost (lease expired: agent agent-a stopped responding)" in info.value.message
+    queued = apply(lost, decide_promote(lost, lost.run_at, POLICY))
+    again = apply(queued, decide_claim(queued, "agent-b", lost.run_at, POLICY))
+    with pytest.raises(Conflict) as info:
+        decide_finish(again, RunResult(job.id, 1, "succeeded", started_at=NOW - 3), NOW, POLICY)
+    assert "attempt 2 has started since" in info.value.message, info.value.message
 
 
 def test_an_expired_lease_counts_as_a_failed_attempt() -> None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,22 +12,8 @@ import pytest
 from core.model import Policy
 from core.store.base import Event
 from core.store.sqlite import SQLiteStore
-from tests.services import create_database, execute, postgres_problem, run_sync, with_database
 
 POLICY = Policy(aging_seconds_per_priority=60.0, lease_seconds=30.0)
-
-
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A throw-away PostgreSQL database for this test session (tests use a fresh schema in it)."""
-    problem = postgres_problem()
-    if problem:
-        pytest.skip(problem)
-    url, drop = run_sync(create_database())
-    try:
-        yield url
-    finally:
-        run_sync(drop())
 
 
 @dataclass
@@ -55,15 +40,6 @@ class StoreKit:
     async def close(self) -> None:
         for s in [*self._extra, self.store]:
             await s.close()
-
-
-@pytest.fixture
-def pg_url(pg_database: str) -> Iterator[str]:
-    """A URL whose connections work in a fresh, empty schema of the session's database."""
-    schema = f"s_{uuid.uuid4().hex[:12]}"
-    run_sync(execute(pg_database, f"CREATE SCHEMA {schema}"))
-    yield with_database(pg_database, pg_database.rsplit("/", 1)[-1], search_path=schema)
-    run_sync(execute(pg_database, f"DROP SCHEMA {schema} CASCADE"))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

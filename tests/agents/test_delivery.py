@@ -1,0 +1,153 @@
+"""A finished run is recorded, not repeated: results are acknowledged by the core once committed,
+held by the agent (in memory and in its state folder) until then, and sent again to any node.
+Real `jobdeck server` and `jobdeck agent` processes on a real PostgreSQL; the network that loses
+the result is a real TCP proxy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from core.client import JobDeckClient
+from tests.conftest import ServerProcess, spawn_agent, spawn_jobdeck, until
+from tests.netproxy import TcpProxy
+
+# Leases long enough that only an acknowledged, resent result can finish the job in one attempt;
+# without it the lost result shows as a second attempt after the lease ran out.
+LEASES = {"JOBDECK_LEASE_SECONDS": "8", "JOBDECK_HEARTBEAT_SECONDS": "1", "JOBDECK_REAP_INTERVAL_SECONDS": "0.2"}
+
+# Notes its start, waits, notes its end and prints 30 kB as it exits: the output message and the
+# result (which carries the output again) are the only frames that size (the agent's WebSocket
+# is not compressed), so 60 kB swallowed after the end means the result left the agent.
+TASK = """
+import os, sys, time
+runs, job, attempt = sys.argv[1], os.environ["JOBDECK_JOB_ID"], os.environ["JOBDECK_ATTEMPT"]
+with open(runs, "a") as f:
+    f.write(f"start {job} {attempt}\\n")
+time.sleep(float(sys.argv[2]))
+with open(runs, "a") as f:
+    f.write(f"end {job} {attempt}\\n")
+print(os.urandom(15000).hex(), flush=True)
+"""
+
+
+@pytest.fixture
+def nodes(pg_url: str, tmp_path: Path) -> Iterator[list[ServerProcess]]:
+    """Two `jobdeck server` nodes on one PostgreSQL database."""
+    env = {"JOBDECK_DATABASE_URL": pg_url, **LEASES}
+    started = [spawn_jobdeck(tmp_path / f"node{i}", "server", env=env) for i in (1, 2)]
+    try:
+        yield started
+    finally:
+        for n in started:
+            if n.proc.poll() is None:
+                n.kill()
+
+
+@pytest.fixture
+async def proxy_to_a(nodes: list[ServerProcess]) -> AsyncIterator[TcpProxy]:
+    proxy = await TcpProxy.start(int(nodes[0].url.rsplit(":", 1)[1]))
+    try:
+        yield proxy
+    finally:
+        await proxy.close()
+
+
+def runs_of(path: Path) -> list[tuple[str, int, int]]:
+    if not path.exists():
+        return []
+    return [(w, int(j), int(a)) for w, j, a in (line.split() for line in path.read_text().splitlines())]
+
+
+async def test_a_result_lost_with_its_node_is_sent_again_and_the_run_is_not_repeated(
+    nodes: list[ServerProcess], proxy_to_a: TcpProxy, tmp_path: Path
+) -> None:
+    a, b = nodes
+    script, runs = tmp_path / "task.py", tmp_path / "runs.log"
+    script.write_text(TASK)
+    agent = spawn_agent(f"{proxy_to_a.url},{b.url}", "steady", tmp_path, "--heartbeat", "1")
+    try:
+        async with JobDeckClient(b.url) as c, JobDeckClient(a.url) as ca:
+            await until(lambda: _registered(ca, "steady"), 30, "the agent to register through the proxy")
+            job = await c.submit({"task": {"kind": "shell", "argv": [sys.executable, str(script), str(runs), "1"]}})
+            await until(lambda: any(w == "start" for w, _, _ in runs_of(runs)), 30, "the job to start")
+            proxy_to_a.swallow = True  # from here node A never hears the agent: not its result either
+            await until(lambda: any(w == "end" for w, _, _ in runs_of(runs)), 30, "the command to exit")
+            await until(lambda: proxy_to_a.swallowed > 55_000, 30, "the result frame to leave the agent")
+            running = await c.get_job(job["id"])
+            assert running["state"] == "running", f"the test must kill node A before the result is stored: {running}"
+            a.kill()  # SIGKILL: the result it was sent is gone with it
+            done = await until(lambda: _finished(c, job["id"]), 30, "the job to finish on node B")
+            attempts = await c.attempts(job["id"])
+        assert done["state"] == "succeeded", done
+        assert len(attempts) == 1, f"the run finished once and must be recorded once, not rerun: {attempts}"
+        assert [w for w, _, _ in runs_of(runs)] == ["start", "end"], runs_of(runs)
+        assert not list((tmp_path / "agent-steady-state" / "results").glob("*.json")), "acknowledged: forgotten"
+    finally:
+        _stop(agent)
+
+
+async def test_results_an_agent_held_when_it_was_killed_are_sent_by_its_restart(
+    nodes: list[ServerProcess], proxy_to_a: TcpProxy, tmp_path: Path
+) -> None:
+    """The agent dies too (SIGKILL) before any node heard its result: the restarted agent, with the
+    same state folder, sends the kept result, and the run is recorded once."""
+    a, b = nodes
+    script, runs = tmp_path / "task.py", tmp_path / "runs.log"
+    script.write_text(TASK)
+    agent = spawn_agent(proxy_to_a.url, "phoenix", tmp_path, "--heartbeat", "1")
+    try:
+        async with JobDeckClient(b.url) as c, JobDeckClient(a.url) as ca:
+            await until(lambda: _registered(ca, "phoenix"), 30, "the agent to register through the proxy")
+            job = await c.submit({"task": {"kind": "shell", "argv": [sys.executable, str(script), str(runs), "1"]}})
+            await until(lambda: any(w == "start" for w, _, _ in runs_of(runs)), 30, "the job to start")
+            proxy_to_a.swallow = True
+            await until(lambda: any(w == "end" for w, _, _ in runs_of(runs)), 30, "the command to exit")
+            kept = tmp_path / "agent-phoenix-state" / "results"
+            await until(lambda: list(kept.glob("*.json")), 30, "the result to be kept on disk")
+            agent.kill()
+            agent.wait(10)
+            assert (await c.get_job(job["id"]))["state"] == "running"
+            agent = spawn_agent(b.url, "phoenix", tmp_path, "--heartbeat", "1")
+            done = await until(lambda: _finished(c, job["id"]), 30, "the restarted agent's result to be recorded")
+            attempts = await c.attempts(job["id"])
+        assert done["state"] == "succeeded", done
+        assert len(attempts) == 1, attempts
+        assert [w for w, _, _ in runs_of(runs)] == ["start", "end"], runs_of(runs)
+        await until(lambda: not list(kept.glob("*.json")), 10, "the acknowledged result to be forgotten")
+    finally:
+        _stop(agent)
+
+
+async def test_a_second_process_cannot_use_a_running_agents_state_folder(
+    nodes: list[ServerProcess], tmp_path: Path
+) -> None:
+    first = spawn_agent(nodes[1].url, "only", tmp_path)
+    try:
+        async with JobDeckClient(nodes[1].url) as c:
+            await until(lambda: _registered(c, "only"), 30, "the first agent to register")
+        second = spawn_agent(nodes[1].url, "only", tmp_path)
+        assert second.wait(30) == 1
+        log = (tmp_path / "agent-only.log").read_text()
+        assert f"another agent process (pid {first.pid}) uses the state folder" in log, log
+    finally:
+        _stop(first)
+
+
+async def _registered(c: JobDeckClient, name: str) -> bool:
+    return any(ag["name"] == name for ag in await c.agents())
+
+
+async def _finished(c: JobDeckClient, job_id: int) -> dict[str, object] | None:
+    job = await c.get_job(job_id)
+    return job if job["state"] in ("succeeded", "dead", "cancelled") else None
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
