@@ -14,6 +14,7 @@ import asyncpg
 from core.errors import NotFound
 from core.model import Job
 from core.store import _pg_sql as sql
+from core.store._pg_counts import job_counts
 from core.store.base import (
     FINISHED_EVENTS,
     QUEUE_SETTING_COLUMNS,
@@ -70,6 +71,16 @@ def _numbered(params: list[Any]) -> Callable[[Any], str]:
 async def list_jobs(c: Conn, flt: JobFilter, before_id: int | None, limit: int, order: JobOrder | None) -> list[Job]:
     """Newest first unless `order` says otherwise; `before_id` is the id order's cursor."""
     order = order or JobOrder(after=None if before_id is None else (before_id, before_id))
+    return sql.to_jobs(await _list_rows(c, sql.SELECT_JOB, flt, order, limit))
+
+
+async def list_job_ids(c: Conn, flt: JobFilter, before_id: int | None, limit: int) -> list[int]:
+    """The ids of list_jobs' page (newest first), without reading the jobs: a bulk action's selection."""
+    order = JobOrder(after=None if before_id is None else (before_id, before_id))
+    return [r[0] for r in await _list_rows(c, "SELECT id FROM jobs", flt, order, limit)]
+
+
+async def _list_rows(c: Conn, select: str, flt: JobFilter, order: JobOrder, limit: int) -> list[asyncpg.Record]:
     params: list[Any] = []
     arg = _numbered(params)
     where = _job_where(flt, arg)
@@ -77,8 +88,8 @@ async def list_jobs(c: Conn, flt: JobFilter, before_id: int | None, limit: int, 
     if after is not None:
         where.append(after)
     filters = f" WHERE {' AND '.join(where)}" if where else ""
-    query = f"{sql.SELECT_JOB}{filters} ORDER BY {by} LIMIT {arg(limit)}"
-    return sql.to_jobs(await c.fetch(query, *params))
+    query = f"{select}{filters} ORDER BY {by} LIMIT {arg(limit)}"
+    return list(await c.fetch(query, *params))
 
 
 COUNT_BUDGET_MS = 300  # an exact count that takes longer gives way to the planner's estimate
@@ -90,6 +101,8 @@ async def count_jobs(c: Conn, flt: JobFilter) -> tuple[int, bool]:
     params: list[Any] = []
     where = _job_where(flt, _numbered(params))
     matching = "FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+    if flt.tag is not None and flt == JobFilter(tag=flt.tag):  # the tag's key range alone (an index-only scan)
+        params, matching = [flt.tag], "FROM job_tags WHERE tag = $1"
     try:
         async with c.transaction():
             await c.execute(f"SET LOCAL statement_timeout = {COUNT_BUDGET_MS}")
@@ -108,11 +121,7 @@ async def list_attempts(c: Conn, job_id: int) -> list[dict[str, Any]]:
     return [dict(zip(cols, (*r[:-1], sql.loads(r[-1])), strict=True)) for r in rows]
 
 
-async def _counts(c: Conn) -> dict[str, dict[str, int]]:
-    counts: dict[str, dict[str, int]] = {}
-    for queue, state, n in await c.fetch("SELECT queue, state, count(*) FROM jobs GROUP BY queue, state"):
-        counts.setdefault(queue, {})[state] = int(n)
-    return counts
+_counts = job_counts  # from the counters the triggers keep (migration 0010), not a count of every job
 
 
 async def list_queues(c: Conn) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ large share did; one node at a time (an advisory lock), and only when autovacuum
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -49,15 +48,3 @@ async def refresh_statistics(pool: asyncpg.Pool) -> list[str]:
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK)
     return stale
-
-
-async def keep_statistics_fresh(pool: asyncpg.Pool) -> None:
-    """Run refresh_statistics every CHECK_EVERY seconds until cancelled."""
-    while True:
-        await asyncio.sleep(CHECK_EVERY)
-        try:
-            await refresh_statistics(pool)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the database restarting, say: try again next time
-            log.warning("could not check the planner statistics: %s", exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,7 +27,8 @@ from core.schedule import FirePlan, Run, Schedule, run_to_release, schedule_to_d
 from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
 from core.store import audit
-from core.store._pg_statistics import keep_statistics_fresh, refresh_statistics
+from core.store._pg_counts import FOLD_EVERY, RUNNING, fold_job_counts
+from core.store._pg_statistics import CHECK_EVERY, refresh_statistics
 from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
 from core.store._pg_writes import JobChanges, insert_jobs
 from core.store.archive import PostgresArchive
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from core.store._pg_writer import Conn
 
 T = TypeVar("T")
+log = logging.getLogger("jobdeck.store")
 
 POOL_SIZE = 8
 CONNECT_TIMEOUT = 10.0
@@ -77,7 +80,7 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
         self._pool: asyncpg.Pool | None = None
         self._writer: PgWriter | None = None
         self._observe_commit: Callable[[float], None] | None = None
-        self._statistics: asyncio.Task[None] | None = None
+        self._maintenance: asyncio.Task[None] | None = None
         self._job_id_seq = "jobs_id_seq"
         self._limited: frozenset[str] = frozenset()  # queues with a concurrency limit, as last read
         self._limited_at = float("-inf")
@@ -105,7 +108,21 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
         self._writer = PgWriter(self._pool, self.clock, self._on_commit)
         self._writer.observe_commit = self._observe_commit
         self._writer.start()
-        self._statistics = asyncio.create_task(keep_statistics_fresh(self._pool), name="jobdeck-pg-statistics")
+        self._maintenance = asyncio.create_task(self._maintain(), name="jobdeck-pg-maintenance")
+
+    async def _maintain(self) -> None:
+        """Fold the job counts every FOLD_EVERY seconds, look at the planner statistics every CHECK_EVERY."""
+        assert self._pool is not None
+        checked = time.monotonic()
+        while True:
+            await asyncio.sleep(FOLD_EVERY)
+            try:
+                await fold_job_counts(self._pool)
+                if time.monotonic() - checked >= CHECK_EVERY:
+                    checked = time.monotonic()
+                    await refresh_statistics(self._pool)
+            except Exception as exc:  # the database restarting, say: try again next time
+                log.warning("store maintenance failed (will try again): %s", exc)
 
     def observe_commits(self, observe: Callable[[float], None]) -> None:
         """Report each transaction's duration in seconds (the node's store-commit histogram)."""
@@ -115,11 +132,11 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
 
     async def close(self) -> None:
         """Commit what is queued and close the pool."""
-        if self._statistics is not None:
-            self._statistics.cancel()
+        if self._maintenance is not None:
+            self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._statistics
-            self._statistics = None
+                await self._maintenance
+            self._maintenance = None
         if self._writer is not None:
             await self._writer.stop()
         if self._pool is not None:
@@ -242,6 +259,10 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
     ) -> list[Job]:
         """Newest first unless `order` says otherwise; `before_id` is the id order's cursor."""
         return await self._read(lambda c: reads.list_jobs(c, flt, before_id, limit, order))
+
+    async def list_job_ids(self, flt: JobFilter, before_id: int | None, limit: int) -> list[int]:
+        """The ids of list_jobs' page (newest first), without reading the jobs."""
+        return await self._read(lambda c: reads.list_job_ids(c, flt, before_id, limit))
 
     async def count_jobs(self, flt: JobFilter) -> tuple[int, bool]:
         """How many jobs match: exact if counting is quick, else the planner's estimate (False)."""
@@ -395,7 +416,7 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
 
     async def running_counts(self) -> dict[str, int]:
         """Running jobs per queue."""
-        rows = await self._fetch("SELECT queue, count(*) FROM jobs WHERE state = 'running' GROUP BY queue")
+        rows = await self._fetch(RUNNING)
         return {r[0]: int(r[1]) for r in rows}
 
     # -- queues

@@ -100,6 +100,9 @@ PROMOTE_DUE = (
 NEXT_DUE = "SELECT min(run_at) FROM jobs INDEXED BY jobs_due WHERE state IN ('scheduled', 'failed')"
 EXPIRED_LEASES = "SELECT id FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lease_expires_at < ? LIMIT ?"
 
+# Jobs per (queue, state), from the counters the triggers of migration 0010 keep (not a count of every job).
+JOB_COUNTS = "SELECT queue, state, n FROM job_counts WHERE n <> 0"
+
 INSERT_AUDIT = f"INSERT INTO audit_log ({', '.join(audit.COLUMNS)}) VALUES ({', '.join('?' * len(audit.COLUMNS))})"
 
 
@@ -166,10 +169,9 @@ def _job_where(flt: JobFilter, *, by_order: bool = False, tag: bool = True) -> t
 # A tag's jobs in id order straight from job_tags' key (tag, job_id): a page of a tag that 700,000 jobs
 # carry reads about a page of job_tags, whatever else the filter asks (CROSS JOIN keeps job_tags outside).
 _TAG_JOIN = "job_tags CROSS JOIN jobs ON jobs.id = job_tags.job_id"
-_TAG_DRIVEN = _SELECT_JOB.replace(" FROM jobs", f" FROM {_TAG_JOIN}")
 
 
-def _tag_driven(flt: JobFilter, order: JobOrder, limit: int) -> tuple[str, list[Any]]:
+def _tag_driven(select: str, flt: JobFilter, order: JobOrder, limit: int) -> tuple[str, list[Any]]:
     """A list in id order with a tag filter, walking job_tags' key for that tag."""
     assert flt.tag is not None and order.by_id
     where, params = _job_where(flt, by_order=True, tag=False)
@@ -178,7 +180,8 @@ def _tag_driven(flt: JobFilter, order: JobOrder, limit: int) -> tuple[str, list[
     if order.after is not None:
         where.append(f"job_tags.job_id {'<' if order.descending else '>'} ?")
         params.append(order.after[1])
-    sql = f"{_TAG_DRIVEN} WHERE {' AND '.join(where)} ORDER BY job_tags.job_id {'DESC' if order.descending else 'ASC'}"
+    source = select.replace(" FROM jobs", f" FROM {_TAG_JOIN}")
+    sql = f"{source} WHERE {' AND '.join(where)} ORDER BY job_tags.job_id {'DESC' if order.descending else 'ASC'}"
     return sql + " LIMIT ?", [*params, limit]
 
 
@@ -285,6 +288,28 @@ def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
     )
     for j in jobs:
         tx.emit("job.created", j.id, j.queue, {"job": job_summary(j)})
+
+
+def _list_rows(c: sqlite3.Connection, select: str, flt: JobFilter, order: JobOrder, limit: int) -> list[Any]:
+    """The rows of a job list page: `select` (columns FROM jobs) with the filter, order and cursor."""
+    if flt.tag is not None and order.by_id:
+        sql, params = _tag_driven(select, flt, order, limit)
+        return c.execute(sql, params).fetchall()
+    walk = False
+    filtered = bool(flt.states or flt.queue is not None or flt.name_prefix or flt.tag is not None)
+    if filtered and not _index_gives_order(flt, order):  # many matches: walk the order's index
+        where, params = _job_where(flt, tag=False)
+        source = "jobs"
+        if flt.tag is not None:  # from the tag's rows, never a list of all of them built first
+            source, where, params = _TAG_JOIN, ["job_tags.tag = ?", *where], [flt.tag, *params]
+        count = f"SELECT count(*) FROM (SELECT 1 FROM {source} WHERE {' AND '.join(where)} LIMIT {WALK_FROM})"
+        walk = c.execute(count, params).fetchone()[0] >= WALK_FROM
+    where, params = _job_where(flt, by_order=walk)
+    after, by = order_sql(order, _adder(params))
+    if after is not None:
+        where.append(after)
+    sql = select + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {by} LIMIT ?"
+    return c.execute(sql, [*params, limit]).fetchall()
 
 
 class SQLiteStore(SQLiteRelayCursors, SQLiteArchive):
@@ -426,33 +451,12 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive):
         """Newest first unless `order` says otherwise; `before_id` is the id order's cursor (the
         last id of the previous page), `order.after` any order's."""
         order = order or JobOrder(after=None if before_id is None else (before_id, before_id))
+        return await self._read(lambda c: [_job(r) for r in _list_rows(c, _SELECT_JOB, flt, order, limit)])
 
-        def query(by_order: bool) -> tuple[str, list[Any]]:
-            where, params = _job_where(flt, by_order=by_order)
-            after, by = order_sql(order, _adder(params))
-            if after is not None:
-                where.append(after)
-            sql = _SELECT_JOB + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {by} LIMIT ?"
-            return sql, [*params, limit]
-
-        filtered = bool(flt.states or flt.queue is not None or flt.name_prefix or flt.tag is not None)
-
-        def q(c: sqlite3.Connection) -> list[Job]:
-            if flt.tag is not None and order.by_id:
-                sql, params = _tag_driven(flt, order, limit)
-                return [_job(r) for r in c.execute(sql, params)]
-            walk = False
-            if filtered and not _index_gives_order(flt, order):  # many matches: walk the order's index
-                where, params = _job_where(flt, tag=False)
-                source = "jobs"
-                if flt.tag is not None:  # from the tag's rows, never a list of all of them built first
-                    source, where, params = _TAG_JOIN, ["job_tags.tag = ?", *where], [flt.tag, *params]
-                count = f"SELECT count(*) FROM (SELECT 1 FROM {source} WHERE {' AND '.join(where)} LIMIT {WALK_FROM})"
-                walk = c.execute(count, params).fetchone()[0] >= WALK_FROM
-            sql, params = query(walk)
-            return [_job(r) for r in c.execute(sql, params)]
-
-        return await self._read(q)
+    async def list_job_ids(self, flt: JobFilter, before_id: int | None, limit: int) -> list[int]:
+        """The ids of list_jobs' page (newest first), without reading the jobs: a bulk action's selection."""
+        order = JobOrder(after=None if before_id is None else (before_id, before_id))
+        return await self._read(lambda c: [r[0] for r in _list_rows(c, "SELECT id FROM jobs", flt, order, limit)])
 
     async def count_jobs(self, flt: JobFilter) -> tuple[int, bool]:
         """How many jobs match, exactly (True): an index range for state, queue, name and tag
@@ -578,7 +582,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive):
 
     async def running_counts(self) -> dict[str, int]:
         """Running jobs per queue."""
-        sql = "SELECT queue, count(*) FROM jobs WHERE state = 'running' GROUP BY queue"
+        sql = "SELECT queue, n FROM job_counts WHERE state = 'running' AND n <> 0"
         return await self._read(lambda c: dict(c.execute(sql).fetchall()))
 
     # -- queues
@@ -588,7 +592,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive):
 
         def q(c: sqlite3.Connection) -> list[dict[str, Any]]:
             counts: dict[str, dict[str, int]] = {}
-            for queue, state, n in c.execute("SELECT queue, state, count(*) FROM jobs GROUP BY queue, state"):
+            for queue, state, n in c.execute(JOB_COUNTS):
                 counts.setdefault(queue, {})[state] = n
             sql = f"SELECT name, {', '.join(QUEUE_SETTING_COLUMNS)} FROM queues ORDER BY name"
             return [queue_view(r[0], r[1:], counts.get(r[0], {})) for r in c.execute(sql)]
@@ -836,7 +840,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive):
 
         def q(c: sqlite3.Connection) -> dict[str, Any]:
             by_queue: dict[str, dict[str, int]] = {}
-            for queue, state, n in c.execute("SELECT queue, state, count(*) FROM jobs GROUP BY queue, state"):
+            for queue, state, n in c.execute(JOB_COUNTS):
                 by_queue.setdefault(queue, {})[state] = n
             sql = "SELECT count(*) FROM events WHERE type = ? AND ts >= ?"  # one index range per type
             last_minute = {t: c.execute(sql, (t, now - 60)).fetchone()[0] for t in FINISHED_EVENTS}
