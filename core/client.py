@@ -196,7 +196,7 @@ class JobDeckClient:
         return (await self._call("GET", f"/v1/jobs/{job_id}/events"))["events"]  # type: ignore[no-any-return]
 
     async def job_action(self, job_id: int, action: str) -> Json:
-        """action: cancel, pause, resume or retry."""
+        """action: cancel, pause, resume, retry or run-now."""
         return await self._call("POST", f"/v1/jobs/{job_id}/{action}")  # type: ignore[no-any-return]
 
     async def set_priority(self, job_id: int, priority: int) -> Json:

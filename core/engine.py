@@ -33,11 +33,12 @@ from core.model import (
     decide_priority,
     decide_resume,
     decide_retry,
+    decide_run_now,
     utcnow,
 )
 from core.obs.metrics import NodeMetrics, NoMetrics
 from core.protocol import Channel, ChannelClosed
-from core.schedule import ONCE_SLACK_SECONDS, Schedule, next_fire_times, plan_fires
+from core.schedule import ONCE_SLACK_SECONDS, Schedule, jitter_offset, next_fire_times, plan_fires
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
 
 log = logging.getLogger("jobdeck.engine")
@@ -209,6 +210,12 @@ class Engine:
         self._after_submit([job])
         return job
 
+    async def run_now(self, job_id: int) -> Job:
+        """Queue a scheduled (or failed, retry pending) job at once."""
+        job = await self._change_one(job_id, self._now_decision(decide_run_now))
+        self._wake_dispatch.set()
+        return job
+
     async def set_priority(self, job_id: int, priority: int) -> Job:
         """Change the priority of a waiting job."""
         job = await self._change_one(job_id, self._now_decision(decide_priority, priority))
@@ -296,8 +303,11 @@ class Engine:
         return fired.jobs[0]
 
     def _job_maker(self, s: Schedule, now: float) -> Callable[[float | None], Job]:
+        jitter = s.policy.jitter
+
         def make(fire_time: float | None) -> Job:
-            return build_job(dict(s.job, run_at=fire_time, delay=None), now, self.policy)
+            run_at = None if fire_time is None else fire_time + jitter_offset(s.id, fire_time, jitter)
+            return build_job(dict(s.job, run_at=run_at, delay=None), now, self.policy)
 
         return make
 

@@ -304,6 +304,21 @@ def decide_promote(job: Job, now: float, policy: Policy) -> Change:
     return _move(job, S.QUEUED, "promote", now, **_enqueue_fields(job, job.run_at, policy))
 
 
+def decide_run_now(job: Job, now: float, policy: Policy) -> Change:
+    """A job waiting for its time (a delay, a fire time's jitter, a retry's backoff) is queued now,
+    keeping its priority."""
+    if job.state not in (S.SCHEDULED, S.FAILED):
+        hint = {S.PAUSED: " (resume it first)", S.BLOCKED: " (it waits for an earlier run of its schedule)",
+                S.QUEUED: " (it is queued already)"}.get(JobState(job.state), "")  # fmt: skip
+        raise Conflict(
+            f"cannot run job {job.id} now: it is {job.state}; only scheduled or failed (retry pending) jobs "
+            f"wait for a time{hint}",
+            state=job.state,
+            job_id=job.id,
+        )
+    return _move(job, S.QUEUED, "run now", now, run_at=now, **_enqueue_fields(job, now, policy))
+
+
 def decide_release(job: Job, now: float, policy: Policy) -> Change:
     """A run its schedule buffered (blocked until the runs before it ended) may start now."""
     if job.state != S.BLOCKED:

@@ -64,6 +64,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/jobs/{job_id}/pause"): Rule("jobs.write", "job_id"),
     ("POST", "/v1/jobs/{job_id}/resume"): Rule("jobs.write", "job_id"),
     ("POST", "/v1/jobs/{job_id}/retry"): Rule("jobs.write", "job_id"),
+    ("POST", "/v1/jobs/{job_id}/run-now"): Rule("jobs.write", "job_id"),
     ("POST", "/v1/jobs/{job_id}/priority"): Rule("jobs.write", "job_id"),
     # queues
     ("GET", "/v1/queues"): Rule("jobs.read"),

@@ -232,6 +232,14 @@ async def retry_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
     return JSON(await view(await engine.retry(job_id), engine))
 
 
+@router.post("/jobs/{job_id:id}/run-now", summary="Queue a scheduled or delayed job now (keeps its priority)",
+             response_model=JobView, responses=errors(409))  # fmt: skip
+async def run_job_now(job_id: JobIdPath, engine: EngineDep) -> JSON:
+    """For a job waiting for its `run_at`: a delay, a schedule's fire time (or its jitter), a retry's
+    backoff. Any other state is a 409 naming it."""
+    return JSON(await view(await engine.run_now(job_id), engine))
+
+
 @router.post("/jobs/{job_id:id}/priority", summary="Set the priority of a waiting job", response_model=JobView,
              responses=errors(409))  # fmt: skip
 async def set_priority(job_id: JobIdPath, body: PriorityChange, engine: EngineDep) -> JSON:

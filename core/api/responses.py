@@ -195,6 +195,8 @@ class ScheduleView(_Out):
     overlap: Literal["skip", "buffer_one", "buffer_all", "cancel_previous", "allow"]
     catch_up: Literal["latest", "none", "all"]
     catch_up_window: float
+    jitter: float
+    pause_after_failures: int = Field(description="pause after this many consecutive dead runs (0: never)")
     next_fire_at: datetime | None = Field(description="null when paused, or when a one-time schedule has fired")
     last_fire_at: datetime | None
     fired: int = Field(description="jobs made (buffered runs included)")

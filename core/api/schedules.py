@@ -16,7 +16,7 @@ from core.api.schemas import ScheduleCreate, ScheduleFields, ScheduleUpdate, Tim
 from core.engine import Engine
 from core.errors import Conflict, InvalidSchedule
 from core.model import iso, job_to_dict
-from core.schedule import ONCE_SLACK_SECONDS, Schedule, preview, schedule_to_dict
+from core.schedule import ONCE_SLACK_SECONDS, Schedule, check_jitter, preview, schedule_to_dict
 
 router = APIRouter(prefix="/v1", tags=["schedules"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
@@ -67,6 +67,7 @@ async def create_schedule(body: ScheduleCreate, engine: EngineDep, request: Requ
                  body.paused, None, None, now, now)  # fmt: skip
     _apply_timing(s, body, now)
     s.policy = s.policy.replace(**body.policy_changes())
+    check_jitter(s, now)
     return JSON(schedule_to_dict(await engine.create_schedule(s)), status_code=201)
 
 
@@ -108,6 +109,7 @@ async def update_schedule(schedule_id: ScheduleIdPath, body: ScheduleUpdate, eng
     if body.job is not None:
         s.job = body.job.to_spec()
     s.policy = s.policy.replace(**body.policy_changes())
+    check_jitter(s, engine.clock())
     if body.paused is not None:
         s.paused = body.paused
     if was_paused and not s.paused:

@@ -43,7 +43,7 @@ from core.api.fields import (
 from core.flow import RATE_MAX
 from core.model import PRIORITY_MAX, PRIORITY_MIN
 from core.schedule import BUFFER_ALL_MAX, CATCH_UP_MAX, validate_cron
-from core.schedule.policy import CATCH_UP_WINDOW_MAX, POLICY_FIELDS
+from core.schedule.policy import CATCH_UP_WINDOW_MAX, JITTER_MAX, PAUSE_AFTER_FAILURES_MAX, POLICY_FIELDS
 
 _DOTTED_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*(:[A-Za-z_][A-Za-z0-9_.]*)?$"
 _DOTTED = re.compile(_DOTTED_PATTERN)
@@ -328,6 +328,19 @@ class SchedulePolicies(_Strict):
     catch_up_window: float | None = Field(
         None, ge=0, le=CATCH_UP_WINDOW_MAX,
         description="seconds (default 3600): how late a missed fire time may be and still run under catch_up 'all'",
+    )  # fmt: skip
+
+    jitter: float | None = Field(
+        None, ge=0, le=JITTER_MAX,
+        description="seconds (default 0): each run starts up to this long after its fire time, by an offset "
+        "derived from the schedule and the fire time (the same on every node); shorter than the time between "
+        "two fire times",
+    )  # fmt: skip
+    pause_after_failures: Annotated[int, Field(ge=0, le=PAUSE_AFTER_FAILURES_MAX, strict=True),
+                                    BeforeValidator(whole)] | None = Field(
+        None,
+        description="pause the schedule after this many consecutive runs ended dead (0: never, the default); "
+        "the reason shows on the schedule and in a schedule.paused event, and resuming clears it",
     )  # fmt: skip
 
     def policy_changes(self) -> dict[str, Any]:

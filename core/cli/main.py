@@ -168,8 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = jobs.add_parser("show", help="a job with its attempts and output")
     s.add_argument("id", type=int)
     s.set_defaults(run=cmd_jobs_show)
-    for action in ("cancel", "pause", "resume", "retry"):
-        s = jobs.add_parser(action, help=f"{action} jobs")
+    for action in ("cancel", "pause", "resume", "retry", "run-now"):
+        s = jobs.add_parser(
+            action, help="queue scheduled or delayed jobs now" if action == "run-now" else f"{action} jobs"
+        )
         s.add_argument("ids", type=int, nargs="+", metavar="ID")
         s.set_defaults(run=cmd_jobs_action, action=action)
     s = jobs.add_parser("priority", help="set the priority of a waiting job")

@@ -30,6 +30,8 @@ class SchedulePolicy:
     overlap: str = "skip"
     catch_up: str = "latest"
     catch_up_window: float = CATCH_UP_WINDOW_DEFAULT  # seconds; `all` runs missed fire times this recent
+    jitter: float = 0.0  # seconds: each run starts up to this much after its fire time (the same on every node)
+    pause_after_failures: int = 0  # pause the schedule after this many consecutive dead runs (0: never)
 
     def to_dict(self) -> dict[str, Any]:
         """As stored and shown."""
@@ -49,3 +51,22 @@ class SchedulePolicy:
 
 
 POLICY_FIELDS = tuple(f.name for f in fields(SchedulePolicy))
+JITTER_MAX = 86400.0
+PAUSE_AFTER_FAILURES_MAX = 1000
+
+
+def after_run_ended(policy: SchedulePolicy, failures: int, state: str) -> int:
+    """The count of consecutive failed runs once a run ended in `state`: a dead run adds one, a
+    success starts again from 0, a cancelled run changes nothing (nobody's failure)."""
+    if state == "dead":
+        return failures + 1
+    return 0 if state == "succeeded" else failures
+
+
+def pause_reason(policy: SchedulePolicy, failures: int, job_id: int, error: str | None) -> str | None:
+    """Why the schedule pauses itself now, or None if it does not."""
+    n = policy.pause_after_failures
+    if n <= 0 or failures < n:
+        return None
+    last = f": {error[:200]}" if error else ""
+    return f"paused after {failures} consecutive failed runs (the last: job {job_id}{last}); resume to run again"

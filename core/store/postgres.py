@@ -47,7 +47,15 @@ from core.store.base import (
 )
 from core.store.listing import JobOrder
 from core.store.relay_cursors import PostgresRelayCursors
-from core.store.schedule_runs import FireResult, MakeJob, emit_fire_events, ended_runs, jobs_to_make, schedule_updates
+from core.store.schedule_runs import (
+    FireResult,
+    MakeJob,
+    after_runs_ended,
+    emit_fire_events,
+    ended_runs,
+    jobs_to_make,
+    schedule_updates,
+)
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -284,18 +292,24 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
             applier = JobChanges(tx)
             out = apply_decisions(jobs, decisions, applier.apply)
             await applier.flush()
-            await self._release_buffered(tx, ended_runs(out.values()))
+            await self._runs_ended(tx, ended_runs(out.values()))
             return out
 
         return await self._write(op)
 
-    async def _release_buffered(self, tx: PgTx, schedule_ids: list[int]) -> None:
-        """Runs of these schedules ended: start each one's oldest buffered run if nothing else goes.
-        The schedule's row is locked (in id order) so a firing on another node waits for this."""
+    async def _runs_ended(self, tx: PgTx, ended: dict[int, list[Job]]) -> None:
+        """Runs of these schedules ended: count failures (pause on failure), then start each one's
+        oldest buffered run if nothing else of it goes. The schedule's row is locked (in id order)
+        first, so a firing on another node waits for this."""
         c = tx.conn
-        for sid in schedule_ids:
-            if await c.fetchval("SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE", sid) is None:
+        for sid, jobs in ended.items():
+            row = await c.fetchrow(f"{sql.SELECT_SCHEDULE} WHERE id = $1 FOR UPDATE", sid)
+            if row is None:
                 continue
+            cols = after_runs_ended(tx, sql.to_schedule(row), jobs, tx.now)
+            if cols:
+                sets = ", ".join(f"{k} = ${i}" for i, k in enumerate(cols, 2))
+                await c.execute(f"UPDATE schedules SET {sets} WHERE id = $1", sid, *cols.values())
             job_id = run_to_release([Run(*r) for r in await c.fetch(sql.ACTIVE_RUNS, sid)])
             if job_id is None:
                 continue

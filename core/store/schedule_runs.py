@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.model import FINAL_STATES, Job, iso
-from core.schedule import ACTIVE_STATES, FireDecision, FirePlan, Run, Schedule, decide_overlap
+from core.schedule import (
+    ACTIVE_STATES,
+    FireDecision,
+    FirePlan,
+    Run,
+    Schedule,
+    after_run_ended,
+    decide_overlap,
+    pause_reason,
+    schedule_to_dict,
+)
 from core.schedule.policy import LISTED_MAX
 from core.store.base import Outbox
 
@@ -85,7 +95,32 @@ def emit_fire_events(tx: Outbox, s: Schedule, plan: FirePlan, decision: FireDeci
         })  # fmt: skip
 
 
-def ended_runs(results: Iterable[Any]) -> list[int]:
-    """The schedules (ids, ascending: the order nodes lock them in) with a run that ended in this change."""
-    return sorted({j.schedule_id for j in results
-                   if isinstance(j, Job) and j.schedule_id is not None and j.state in FINAL_STATES})  # fmt: skip
+def ended_runs(results: Iterable[Any]) -> dict[int, list[Job]]:
+    """The runs that ended in this change, by schedule, schedule ids ascending (the order nodes lock
+    them in), each schedule's runs by job id."""
+    out: dict[int, list[Job]] = {}
+    for j in results:
+        if isinstance(j, Job) and j.schedule_id is not None and j.state in FINAL_STATES:
+            out.setdefault(j.schedule_id, []).append(j)
+    return {sid: sorted(out[sid], key=lambda j: j.id) for sid in sorted(out)}
+
+
+def after_runs_ended(tx: Outbox, s: Schedule, ended: list[Job], now: float) -> dict[str, Any]:
+    """Count the ended runs' failures; pause the schedule (with its reason and a `schedule.paused`
+    event) after `pause_after_failures` in a row. Returns the columns to write (none: nothing changed)."""
+    failures, reason = s.failures, None
+    for j in ended:
+        failures = after_run_ended(s.policy, failures, j.state)
+        if reason is None and not s.paused:
+            reason = pause_reason(s.policy, failures, j.id, j.last_error)
+    cols: dict[str, Any] = {}
+    if failures != s.failures:
+        cols["failures"] = failures
+    if reason is not None:
+        cols.update(paused=True, paused_reason=reason, next_fire_at=None, updated_at=now)
+    for k, v in cols.items():
+        setattr(s, k, v)
+    if reason is not None:
+        tx.emit("schedule.paused", None, s.job.get("queue") or "default",
+                {"schedule": schedule_to_dict(s), "reason": reason, "failures": failures})  # fmt: skip
+    return cols

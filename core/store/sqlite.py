@@ -56,6 +56,7 @@ from core.store.schedule_runs import (
     ACTIVE_SQL,
     FireResult,
     MakeJob,
+    after_runs_ended,
     emit_fire_events,
     ended_runs,
     jobs_to_make,
@@ -235,6 +236,10 @@ def _schedule(row: Sequence[Any]) -> Schedule:
     r[9] = bool(r[9])
     r[15] = SchedulePolicy.from_dict(orjson.loads(r[15]))
     return Schedule(*r)
+
+
+def _sqlite_value(v: Any) -> Any:
+    return int(v) if isinstance(v, bool) else v
 
 
 def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
@@ -488,19 +493,27 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive):
             applier = _Applier(tx)
             out = apply_decisions(_load_jobs(tx.conn, list(decisions)), decisions, applier.apply)
             applier.flush()
-            self._release_buffered(tx, ended_runs(out.values()))
+            self._runs_ended(tx, ended_runs(out.values()))
             return out
 
         return await self._write(op)
 
-    def _release_buffered(self, tx: Tx, schedule_ids: list[int]) -> None:
-        """Runs of these schedules ended: start each one's oldest buffered run if nothing else goes."""
-        for sid in schedule_ids:
-            active = [Run(*r) for r in tx.conn.execute(_ACTIVE_RUNS, (sid,))]
-            job_id = run_to_release(active)
+    def _runs_ended(self, tx: Tx, ended: dict[int, list[Job]]) -> None:
+        """Runs of these schedules ended: count failures (pause on failure), then start each one's
+        oldest buffered run if nothing else of it goes."""
+        c = tx.conn
+        for sid, jobs in ended.items():
+            row = c.execute(f"{_SELECT_SCHEDULE} WHERE id = ?", (sid,)).fetchone()
+            if row is None:
+                continue
+            cols = after_runs_ended(tx, _schedule(row), jobs, tx.now)
+            if cols:
+                sets = ", ".join(k + " = ?" for k in cols)
+                c.execute(f"UPDATE schedules SET {sets} WHERE id = ?", (*map(_sqlite_value, cols.values()), sid))
+            job_id = run_to_release([Run(*r) for r in c.execute(_ACTIVE_RUNS, (sid,))])
             if job_id is not None:
                 applier = _Applier(tx)
-                apply_decisions(_load_jobs(tx.conn, [job_id]), {job_id: self._release}, applier.apply)
+                apply_decisions(_load_jobs(c, [job_id]), {job_id: self._release}, applier.apply)
                 applier.flush()
 
     def _release(self, job: Job) -> Any:

@@ -48,6 +48,7 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
     ("POST", "/v1/jobs/{job_id}/pause"): (lambda o: (f"/v1/jobs/{o['job']}/pause", None), {OP, A}),
     ("POST", "/v1/jobs/{job_id}/resume"): (lambda o: (f"/v1/jobs/{o['job']}/resume", None), {OP, A}),
     ("POST", "/v1/jobs/{job_id}/retry"): (lambda o: (f"/v1/jobs/{o['job']}/retry", None), {OP, A}),
+    ("POST", "/v1/jobs/{job_id}/run-now"): (lambda o: (f"/v1/jobs/{o['job']}/run-now", None), {OP, A}),
     ("POST", "/v1/jobs/{job_id}/priority"): (lambda o: (f"/v1/jobs/{o['job']}/priority", {"priority": 5}), {OP, A}),
     ("GET", "/v1/queues"): (lambda o: ("/v1/queues", None), {R, OP, A}),
     ("POST", "/v1/queues/{name}/pause"): (lambda o: ("/v1/queues/payments/pause", None), {OP, A}),

@@ -11,14 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.errors import InvalidSchedule
 from core.schedule import (
     BUFFER_ALL_MAX,
     CATCH_UP_MAX,
     Run,
     Schedule,
     SchedulePolicy,
+    after_run_ended,
+    check_jitter,
     decide_overlap,
+    jitter_offset,
     next_fire_times,
+    pause_reason,
     plan_fires,
     run_to_release,
 )
@@ -199,3 +204,47 @@ def test_allow_runs_side_by_side_in_the_simulation() -> None:
 def test_an_unknown_policy_in_a_stored_dict_is_left_to_the_api(bad: str) -> None:
     """Stored values come from the API, which refuses unknown names; from_dict ignores unknown keys."""
     assert SchedulePolicy.from_dict({"overlap": "skip", "future_policy": bad}).overlap == "skip"
+
+
+# ---------------------------------------------------------------- jitter, pause on failure
+
+
+def test_jitter_is_the_same_for_a_fire_time_and_spread_over_fire_times() -> None:
+    offsets = [jitter_offset(7, T0 + 60 * i, 30.0) for i in range(2000)]
+    assert offsets == [jitter_offset(7, T0 + 60 * i, 30.0) for i in range(2000)], "the same on every call"
+    assert all(0 <= o < 30.0 for o in offsets)
+    assert min(offsets) < 1.0 and max(offsets) > 29.0, "spread over the whole range"
+    assert jitter_offset(8, T0, 30.0) != jitter_offset(7, T0, 30.0), "schedules differ"
+    assert jitter_offset(7, T0, 0.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("s", "jitter", "ok"),
+    [
+        (every(60, T0), 59.9, True),
+        (every(60, T0), 60.0, False),
+        (cron("*/5 * * * *", T0), 299.0, True),
+        (cron("*/5 * * * *", T0), 300.0, False),
+        (cron("0 9,10 * * *", T0), 3601.0, False),  # 09:00 and 10:00 are an hour apart
+    ],
+)
+def test_a_jitter_as_long_as_the_gap_between_fire_times_is_refused(s: Schedule, jitter: float, ok: bool) -> None:
+    s.policy = SchedulePolicy(jitter=jitter)
+    if ok:
+        check_jitter(s, T0)
+    else:
+        with pytest.raises(InvalidSchedule) as err:
+            check_jitter(s, T0)
+        assert err.value.field == "jitter" and "shorter" in err.value.message
+
+
+def test_consecutive_failures_pause_and_a_success_or_a_cancel_do_not() -> None:
+    p = SchedulePolicy(pause_after_failures=3)
+    n = 0
+    for state in ("dead", "dead", "succeeded", "dead", "cancelled", "dead"):
+        n = after_run_ended(p, n, state)
+        assert pause_reason(p, n, 1, "boom") is None, (state, n)
+    n = after_run_ended(p, n, "dead")
+    reason = pause_reason(p, n, 41, "exit code 2")
+    assert reason is not None and "3 consecutive failed runs" in reason and "job 41: exit code 2" in reason
+    assert pause_reason(SchedulePolicy(), 1000, 1, None) is None, "0: never"

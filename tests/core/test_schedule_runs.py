@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from core.errors import InvalidInput
+from core.errors import Conflict, InvalidInput
+from core.schedule import jitter_offset
 from tests.conftest import RunningNode, until
 
 NOOP = {"kind": "python", "function": "agents.builtin:noop"}
@@ -152,3 +153,58 @@ async def test_a_policy_change_keeps_the_rest(running: RunningNode) -> None:
     changed = await c.update_schedule(s["id"], {"overlap": "buffer_all", "catch_up_window": 60})
     assert (changed["overlap"], changed["catch_up"], changed["catch_up_window"]) == ("buffer_all", "latest", 60.0)
     assert changed["next_fire_at"] == s["next_fire_at"], "the timing is untouched"
+
+
+async def test_run_now_queues_a_delayed_job_at_once_keeping_its_priority(running: RunningNode) -> None:
+    c = running.client
+    job = await c.submit({"task": NOOP, "delay": 3600, "priority": 7})
+    assert job["state"] == "scheduled"
+    moved = await c.job_action(job["id"], "run-now")
+    assert moved["priority"] == 7 and ts(moved["run_at"]) < ts(job["run_at"]) - 3000
+    assert (await c.wait_for(job["id"]))["state"] == "succeeded"
+    paused = await c.submit({"task": NOOP, "delay": 3600})
+    await c.job_action(paused["id"], "pause")
+    with pytest.raises(Conflict) as err:
+        await c.job_action(paused["id"], "run-now")
+    assert "paused" in err.value.message and "resume it first" in err.value.message
+    with pytest.raises(Conflict) as err:
+        await c.job_action(job["id"], "run-now")
+    assert "succeeded" in err.value.message
+
+
+async def test_jitter_delays_each_run_by_the_offset_every_node_computes(running: RunningNode) -> None:
+    c = running.client
+    s = await c.create_schedule({"name": "jittery", "interval": 2, "jitter": 1.5, "overlap": "allow",
+                                 "job": {"task": NOOP, "queue": "jit"}})  # fmt: skip
+    assert s["jitter"] == 1.5
+    jobs = await until(lambda: _at_least(c, s["id"], 2), 20, "two jittered runs")
+    await c.schedule_action(s["id"], "pause")
+    for j in jobs:
+        fire = ts(j["fire_time"])
+        assert ts(j["run_at"]) - fire == pytest.approx(jitter_offset(s["id"], fire, 1.5), abs=1e-5), j
+    with pytest.raises(InvalidInput) as err:
+        await c.update_schedule(s["id"], {"jitter": 2})
+    assert "jitter" in str(err.value) and "2 s between two fire times" in str(err.value)
+
+
+async def test_pause_after_failures_pauses_with_the_reason_and_resume_clears_it(running: RunningNode) -> None:
+    c = running.client
+    failing = {"kind": "shell", "argv": ["sh", "-c", "exit 3"]}
+    s = await c.create_schedule({"name": "flaky", "interval": 1, "pause_after_failures": 2,
+                                 "job": {"task": failing, "queue": "flaky", "max_attempts": 1}})  # fmt: skip
+
+    async def paused() -> dict[str, Any] | None:
+        got = await c.get_schedule(s["id"])
+        return got if got["paused"] else None
+
+    got = await until(paused, 30, "the schedule to pause itself")
+    assert got["paused_reason"] and "2 consecutive failed runs" in got["paused_reason"], got
+    assert got["failures"] == 2 and got["next_fire_at"] is None
+    resumed = await c.schedule_action(s["id"], "resume")
+    assert resumed["paused_reason"] is None and resumed["failures"] == 0 and not resumed["paused"]
+    await c.schedule_action(s["id"], "pause")
+
+
+async def _at_least(c: Any, sid: int, n: int) -> list[dict[str, Any]] | None:
+    jobs = [j for j in await runs(c, sid) if j["state"] == "succeeded"]
+    return jobs if len(jobs) >= n else None

@@ -55,6 +55,9 @@ async def run_and_finish(kit: StoreKit, outcome: str = "succeeded", store: Any =
 
 async def finish(kit: StoreKit, ids: list[int], outcome: str = "succeeded", store: Any = None) -> None:
     def decide(job: Any) -> Any:
+        if outcome == "dead":  # its last attempt failed
+            job.max_attempts = job.attempt
+            return decide_finish(job, RunResult(job.id, job.attempt, "failed", error="exit code 1"), utcnow(), POLICY)
         return decide_finish(job, RunResult(job.id, job.attempt, outcome, error=None), utcnow(), POLICY)
 
     if ids:
@@ -195,3 +198,27 @@ async def test_claimed_job_cancel_in_fire_is_one_transaction(kit: StoreKit) -> N
     await fire(kit, s, t + 60)
     types = [e.type for e in kit.committed]
     assert types == ["job.created", "job.cancel_requested", "schedule.fired", "schedule.cancelled_previous"], types
+
+
+async def test_consecutive_dead_runs_pause_the_schedule_with_its_reason_in_the_same_transaction(kit: StoreKit) -> None:
+    t = utcnow() - 600
+    policy = SchedulePolicy(overlap="allow", pause_after_failures=2)
+    s = await kit.store.create_schedule(a_schedule(policy=policy, next_fire_at=t))
+    await fire(kit, s, t, t + 60)
+    [a, b] = await kit.store.claim_jobs(ClaimRequest("a1", 2, frozenset({"cron"})), utcnow())
+    await finish(kit, [a.id], "dead")
+    assert (await kit.store.get_schedule(s.id)).failures == 1
+    await finish(kit, [b.id], "succeeded")
+    assert (await kit.store.get_schedule(s.id)).failures == 0, "a success starts the count again"
+    await fire(kit, s, t + 120, t + 180)
+    taken = await kit.store.claim_jobs(ClaimRequest("a1", 2, frozenset({"cron"})), utcnow())
+    kit.committed.clear()
+    await finish(kit, [j.id for j in taken], "dead")
+    stored = await kit.store.get_schedule(s.id)
+    assert stored.paused and stored.next_fire_at is None and stored.failures == 2
+    assert stored.paused_reason is not None and "2 consecutive failed runs" in stored.paused_reason
+    types = [e.type for e in kit.committed]
+    assert types == ["job.dead", "job.dead", "schedule.paused"], types
+    [paused] = events(kit, "schedule.paused")
+    assert paused["reason"] == stored.paused_reason and paused["schedule"]["paused"] is True
+    assert await kit.store.due_schedules(utcnow() + 3600) == [], "a paused schedule is not due"
