@@ -46,24 +46,19 @@ class AgentHub:
         self.node_id = uuid.uuid4().hex
         self.remote: dict[str, tuple[dict[str, Any], float]] = {}  # agents of other nodes, when heard
         self.live_output: dict[tuple[int, int], str] = {}  # (job, attempt) -> tail of a running job
+        self._registering: set[str] = set()
 
     async def attach(self, channel: Channel, may_serve: Callable[[list[str]], str | None] | None = None) -> None:
         """Serve one agent on `channel` until it disconnects: check its registration (and, with
         `may_serve`, that its credentials allow its queues), take back the jobs it still runs
-        (stopping any whose lease was lost meanwhile), then serve it."""
+        (stopping any whose lease was lost meanwhile), release at once the runs leased to its name
+        that it no longer has (it restarted, or an assignment never reached it), then serve it."""
         hello = await channel.recv()
         problem = self._registration_problem(hello)
         if problem is None and may_serve is not None:
             problem = may_serve([str(q) for q in hello.get("queues") or ["*"]])
-        if problem is None and hello["name"] in self.sessions:
-            old = self.sessions[hello["name"]]
-            if old.instance == hello.get("instance"):
-                await old.channel.close()  # the same process reconnected before we saw it leave
-                self.sessions.pop(old.name, None)
-            else:
-                problem = (
-                    f"an agent named {old.name!r} is connected already (from {old.host}, pid {old.pid}); use --name"
-                )
+        if problem is None:
+            problem = await self._name_problem(hello)
         if problem is not None:
             log.warning("refused an agent: %s", problem)
             with contextlib.suppress(ChannelClosed, ConnectionError):
@@ -71,12 +66,21 @@ class AgentHub:
                 await channel.close()
             return
         session = AgentSession(self, channel, hello)
-        self.sessions[session.name] = session
-        await channel.send(
-            {"type": "welcome", "protocol": PROTOCOL_VERSION, "lease_seconds": self.policy.lease_seconds}
+        self._registering.add(session.name)
+        try:
+            await channel.send(
+                {"type": "welcome", "protocol": PROTOCOL_VERSION, "lease_seconds": self.policy.lease_seconds}
+            )
+            running, finished = _pairs(hello.get("running")), _pairs(hello.get("finished"))
+            await self._adopt(session, running, finished)
+            # Before the session can take work: nothing is leased to it here that it was not told of.
+            await self._release_forgotten(session, {*running, *finished})
+            self.sessions[session.name] = session
+        finally:
+            self._registering.discard(session.name)
+        await self.store.record_event(
+            "agent.connected", {"agent": session.to_dict(), "node": self.node_id, "instance": session.instance}
         )
-        await self._adopt(session, _pairs(hello.get("running")), _pairs(hello.get("finished")))
-        await self.store.record_event("agent.connected", {"agent": session.to_dict()})
         self.engine.wake()
         try:
             await session.serve()
@@ -85,7 +89,53 @@ class AgentHub:
                 del self.sessions[session.name]
             # Its jobs keep their leases: if it comes back it goes on, if not the reaper takes them.
             with contextlib.suppress(Exception):
-                await self.store.record_event("agent.disconnected", {"agent": session.name})
+                await self.store.record_event(
+                    "agent.disconnected", {"agent": session.name, "node": self.node_id, "instance": session.instance}
+                )
+
+    async def _name_problem(self, hello: dict[str, Any]) -> str | None:
+        """An agent name is one live agent's: a namesake (another instance) is refused while the name
+        is connected here or, as the other nodes last said, there. The same instance (a reconnect,
+        or a restart with its state folder) takes the name over: its old connection is closed."""
+        name, instance = str(hello["name"]), str(hello.get("instance", ""))
+        if name in self._registering:
+            return f"an agent named {name!r} is registering already; use --name"
+        old = self.sessions.get(name)
+        if old is not None:
+            if old.instance != instance or not instance:
+                return f"an agent named {name!r} is connected already (from {old.host}, pid {old.pid}); use --name"
+            self.sessions.pop(name, None)
+            await old.channel.close()  # the same agent reconnected before we saw it leave
+            return None
+        seen = self.remote.get(name)
+        if seen is not None and time.monotonic() - seen[1] < self.policy.lease_seconds:
+            other = seen[0]
+            if other.get("instance") != instance or not instance:
+                return (
+                    f"an agent named {name!r} is connected to another node already "
+                    f"(from {other.get('host')}, pid {other.get('pid')}); use --name"
+                )
+        return None
+
+    async def _release_forgotten(self, session: AgentSession, held: set[tuple[int, int]]) -> None:
+        """Runs leased to this agent's name that it neither runs nor holds a result of are gone (the
+        process restarted, or the assignment was lost with a node): lost now and retried, instead
+        of waiting for their leases. Each is fenced by its attempt number."""
+        gone = [(j, a) for j, a in await self.store.leased_attempts(session.name) if (j, a) not in held]
+        if not gone:
+            return
+        reason = f"agent {session.name} came back without this run (it restarted, or the assignment was lost)"
+        now = self.clock()
+        decisions: dict[int, Decide] = {
+            j: functools.partial(lambda a, job: decide_lost(job, reason, now, self.policy, attempt=a), a)
+            for j, a in gone
+        }
+        out = await self.store.change_jobs(decisions)
+        lost = [j for j, res in out.items() if isinstance(res, Job)]
+        if lost:
+            log.warning("agent %s reconnected without %d of its runs: recorded lost, retried now", session.name,
+                        len(lost))  # fmt: skip
+            self.engine.wake_promoter()
 
     def _registration_problem(self, hello: dict[str, Any]) -> str | None:
         if hello.get("type") != "register" or not hello.get("name"):
@@ -137,7 +187,7 @@ class AgentHub:
         now = time.monotonic()
         mine = [dict(s.to_dict(), node=self.node_id) for s in self.sessions.values()]
         theirs = [
-            a
+            {k: v for k, v in a.items() if k != "instance"}
             for a, seen in self.remote.values()
             if now - seen < self.policy.lease_seconds and a["name"] not in self.sessions
         ]
@@ -146,7 +196,7 @@ class AgentHub:
     def announce(self) -> None:
         """Tell the other nodes which agents this node holds (a live event; they forget it after a lease)."""
         if self.sessions:
-            agents = [dict(s.to_dict(), node=self.node_id) for s in self.sessions.values()]
+            agents = [dict(s.to_dict(), node=self.node_id, instance=s.instance) for s in self.sessions.values()]
             self.bus.publish([ephemeral_event("agent.status", None, {"node": self.node_id, "agents": agents})])
 
     def remember(self, data: dict[str, Any]) -> None:
@@ -154,8 +204,35 @@ class AgentHub:
         if data.get("node") == self.node_id:
             return
         now = time.monotonic()
+        node = data.get("node")
+        listed = {str(a["name"]) for a in data.get("agents", [])}
+        for name, (a, _) in list(self.remote.items()):
+            if a.get("node") == node and name not in listed:
+                del self.remote[name]  # it left that node
         for a in data.get("agents", []):
             self.remote[str(a["name"])] = (a, now)
+
+    async def heard_connected(self, data: dict[str, Any]) -> None:
+        """An agent registered on some node (an agent.connected event). If it is one of ours, the
+        agent moved and our session of it is a ghost: close it, so nothing more is assigned to it."""
+        if data.get("node") == self.node_id:
+            return
+        agent = dict(data.get("agent") or {}, node=data.get("node"), instance=data.get("instance"))
+        name = str(agent.get("name"))
+        self.remote[name] = (agent, time.monotonic())
+        ghost = self.sessions.get(name)
+        if ghost is not None and ghost.instance == data.get("instance"):
+            log.warning("agent %s reconnected to another node: closing its old connection here", name)
+            self.sessions.pop(name, None)
+            with contextlib.suppress(Exception):
+                await ghost.channel.close()
+
+    def heard_disconnected(self, data: dict[str, Any]) -> None:
+        """An agent left another node (an agent.disconnected event)."""
+        name = str(data.get("agent"))
+        seen = self.remote.get(name)
+        if data.get("node") != self.node_id and seen is not None and seen[0].get("node") == data.get("node"):
+            del self.remote[name]
 
     async def drain(self, name: str) -> dict[str, Any]:
         """Give an agent no new work; it finishes what it runs and stays connected. An agent of

@@ -462,6 +462,10 @@ class Engine:
             self._wake_dispatch.set()  # a slot of a limited queue came free (perhaps on another node)
         elif t.startswith("schedule."):
             self._wake_schedules.set()
+        elif t == "agent.connected":
+            await self.hub.heard_connected(orjson.loads(e.body)["data"])
+        elif t == "agent.disconnected":
+            self.hub.heard_disconnected(orjson.loads(e.body)["data"])
         elif t == "agent.status":
             self.hub.remember(orjson.loads(e.body)["data"])
         elif t == "agent.drain":

@@ -442,9 +442,13 @@ def decide_lease_expired(job: Job, now: float, policy: Policy, rng: random.Rando
     return decide_lost(job, f"lease expired: agent {job.agent} stopped responding", now, policy, rng)
 
 
-def decide_lost(job: Job, reason: str, now: float, policy: Policy, rng: random.Random | None = None) -> Change:
-    """The run is gone with its agent: the attempt is recorded as lost and counts as a failure."""
-    return decide_finish(job, RunResult(job.id, job.attempt, "lost", error=reason), now, policy, rng)
+def decide_lost(
+    job: Job, reason: str, now: float, policy: Policy, rng: random.Random | None = None, attempt: int | None = None
+) -> Change:
+    """The run is gone with its agent: the attempt is recorded as lost and counts as a failure.
+    With `attempt`, only that attempt (a newer one, or a job no longer running, is refused)."""
+    return decide_finish(job, RunResult(job.id, job.attempt if attempt is None else attempt, "lost", error=reason),
+                         now, policy, rng)  # fmt: skip
 
 
 def decide_hand_back(job: Job, attempt: int, now: float, policy: Policy) -> Change:

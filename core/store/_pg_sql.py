@@ -162,6 +162,8 @@ EXPIRED_LEASES = (
     "SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < $1 ORDER BY lease_expires_at LIMIT $2"
 )
 
+LEASED_TO = "SELECT id, attempt FROM jobs WHERE state = 'running' AND agent = $1"
+
 LOCK_JOBS = f"{SELECT_JOB} WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"
 _ACTIVE = ", ".join(f"'{s}'" for s in ACTIVE_STATES)
 #: The runs of a schedule that have not ended, locked in id order (as change_jobs locks jobs).

@@ -428,6 +428,11 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive):
 
         return await self._read(q)
 
+    async def leased_attempts(self, agent: str) -> list[tuple[int, int]]:
+        """(job id, attempt) of every running job leased to the agent named `agent`."""
+        rows = await self._fetch(sql.LEASED_TO, agent)
+        return [(int(r[0]), int(r[1])) for r in rows]
+
     async def running_counts(self) -> dict[str, int]:
         """Running jobs per queue."""
         rows = await self._fetch(RUNNING)

@@ -100,6 +100,7 @@ PROMOTE_DUE = (
 )
 NEXT_DUE = "SELECT min(run_at) FROM jobs INDEXED BY jobs_due WHERE state IN ('scheduled', 'failed')"
 EXPIRED_LEASES = "SELECT id FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lease_expires_at < ? LIMIT ?"
+LEASED_TO = "SELECT id, attempt FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND agent = ?"
 
 # Jobs per (queue, state), from the counters the triggers of migration 0010 keep (not a count of every job).
 JOB_COUNTS = "SELECT queue, state, n FROM job_counts WHERE n <> 0"
@@ -592,6 +593,10 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive):
     async def expired_lease_ids(self, now: float, limit: int) -> list[int]:
         """Running jobs whose lease ran out."""
         return await self._read(lambda c: [r[0] for r in c.execute(EXPIRED_LEASES, (now, limit))])
+
+    async def leased_attempts(self, agent: str) -> list[tuple[int, int]]:
+        """(job id, attempt) of every running job leased to the agent named `agent`."""
+        return await self._read(lambda c: [(r[0], r[1]) for r in c.execute(LEASED_TO, (agent,))])
 
     async def running_counts(self) -> dict[str, int]:
         """Running jobs per queue."""

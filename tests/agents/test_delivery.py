@@ -8,12 +8,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from core.client import JobDeckClient
-from tests.conftest import ServerProcess, spawn_agent, spawn_jobdeck, until
+from tests.conftest import ServerProcess, recorded_runs, recorder_task, spawn_agent, spawn_jobdeck, until
 from tests.netproxy import TcpProxy
 
 # Leases long enough that only an acknowledged, resent result can finish the job in one attempt;
@@ -151,3 +152,47 @@ def _stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait(10)
+
+
+async def test_an_agent_killed_and_restarted_releases_its_lost_runs_at_once(tmp_path: Path) -> None:
+    """kill -9 an agent with 10 jobs in flight and start it again: the runs it no longer has are
+    lost and retried within a second of its reconnect, not when their 30 s leases run out."""
+    server = spawn_jobdeck(tmp_path / "data", "server", env={"JOBDECK_LEASE_SECONDS": "30"})
+    agent = spawn_agent(server.url, "comeback", tmp_path, "--slots", "10")
+    try:
+        async with JobDeckClient(server.url) as c:
+            await until(lambda: _registered(c, "comeback"), 30, "the agent to register")
+            spec = {"task": recorder_task(tmp_path, 20), "backoff": {"base": 0.1, "cap": 0.1}}
+            ids = (await c.submit_batch([spec] * 10))["ids"]
+            await until(lambda: len(recorded_runs(tmp_path)) == 10, 30, "10 runs to start")
+            agent.kill()
+            agent.wait(10)
+            agent = spawn_agent(server.url, "comeback", tmp_path, "--slots", "10")
+            back = await until(lambda: _agent(c, "comeback"), 30, "the restarted agent to register")
+
+            async def retried() -> list[list[dict[str, object]]] | None:
+                runs = [await c.attempts(i) for i in ids]
+                return runs if all(len(r) == 2 for r in runs) else None
+
+            runs = await until(retried, 20, "every job's second attempt (a lease lasts 30 s)")
+        delays = [(_ts(f["finished_at"]) - _ts(back["connected_at"]), _ts(s["claimed_at"]) - _ts(back["connected_at"]))
+                  for f, s in runs]  # fmt: skip
+        print(f"after the reconnect: lost within {max(d[0] for d in delays):.3f} s, "
+              f"running again within {max(d[1] for d in delays):.3f} s")  # fmt: skip
+        for first, second in runs:
+            assert first["outcome"] == "lost" and "came back without this run" in str(first["error"]), first
+            lost_after = _ts(first["finished_at"]) - _ts(back["connected_at"])
+            claimed_after = _ts(second["claimed_at"]) - _ts(back["connected_at"])
+            assert lost_after < 1.0 and claimed_after < 1.5, (lost_after, claimed_after)
+    finally:
+        _stop(agent)
+        server.kill()
+
+
+async def _agent(c: JobDeckClient, name: str) -> dict[str, object] | None:
+    return next((ag for ag in await c.agents() if ag["name"] == name), None)
+
+
+def _ts(value: object) -> float:
+    """A time of the API (ISO text, or Unix seconds) as Unix seconds."""
+    return datetime.fromisoformat(value).timestamp() if isinstance(value, str) else float(str(value))

@@ -24,6 +24,7 @@ from core.model import (
     decide_finish,
     decide_hand_back,
     decide_lease_expired,
+    decide_lost,
     decide_pause,
     decide_priority,
     decide_resume,
@@ -345,6 +346,26 @@ async def test_leases_extend_expire_and_fence(kit: StoreKit) -> None:
     assert isinstance(again[a.id], Conflict), "a lease is reaped once"
     assert await s.expired_lease_ids(later + 1000, 10) == []
     assert await s.extend_leases("agent", [(a.id, 1)], later + 100) == [(a.id, 1)]
+
+
+async def test_the_runs_leased_to_an_agent_and_losing_one_by_its_attempt(kit: StoreKit) -> None:
+    """What a reconnecting agent's name holds (core/agent_hub.py releases what it no longer runs);
+    the release is fenced by the attempt number, so it never touches a newer attempt."""
+    s, now = kit.store, utcnow()
+    a, b, c = await submit(s, {}, {}, {})
+    await s.claim_jobs(claim("back", 2), now)
+    await s.claim_jobs(claim("other", 1), now)
+    assert sorted(await s.leased_attempts("back")) == [(a.id, 1), (b.id, 1)]
+    assert await s.leased_attempts("other") == [(c.id, 1)] and await s.leased_attempts("nobody") == []
+    out = await s.change_jobs(
+        {
+            a.id: lambda j: decide_lost(j, "gone", now, POLICY, attempt=1),
+            b.id: lambda j: decide_lost(j, "gone", now, POLICY, attempt=0),  # an older attempt: refused
+        }
+    )
+    assert isinstance(out[a.id], Job) and out[a.id].state == "failed", out
+    assert isinstance(out[b.id], Conflict) and "attempt 1 has started since" in out[b.id].message, out
+    assert await s.leased_attempts("back") == [(b.id, 1)]
 
 
 # ------------------------------------------------------------------ promotion
