@@ -13,7 +13,6 @@ import pytest
 from tests.auth.principals import TOKENS, auth_settings
 from tests.conftest import start_node, stop_node, until
 from tests.services import REDIS_URL, redis_problem
-from tests.store.conftest import pg_database, pg_url  # noqa: F401 - fixtures: two nodes share a PostgreSQL
 from tests.throwaway import ThrowawayRedis, throwaway_problem
 
 VIEWER = {"authorization": f"Bearer {TOKENS['viewer'][0]}"}
@@ -48,7 +47,7 @@ async def _statuses(urls: list[str], n: int) -> list[int]:
 
 async def test_two_nodes_on_one_redis_share_each_callers_bucket(
     tmp_path: Path,
-    pg_url: str,  # noqa: F811
+    pg_url: str,
     redis_url: str,
 ) -> None:
     # A slow refill (one token every 10 s), so the count below is the burst, give or take one.

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.kafka.broker import TansuBroker, tansu_binary
-from tests.store.conftest import pg_database, pg_url  # noqa: F401 - the failover test's PostgreSQL
 
 
 @pytest.fixture
