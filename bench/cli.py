@@ -38,6 +38,7 @@ from bench.report import (
     render_facts,
     render_table,
 )
+from bench.scale import scale_run
 from bench.server import BenchError, ProcessReport, ServerOptions
 from bench.store import DEFAULT_PG_URL, DEFAULT_REDIS_URL, SQLITE, Backend, Floors
 from bench.submit import batch_submit, single_submit
@@ -83,6 +84,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         False,
     ),
     "lists": ("job lists at 1,000,000 stored jobs: sorted pages, deep cursors, counts, search", (job_lists,), False),
+    "scale": (
+        "a million stored jobs: drain with a 500,000 backlog vs a small one, idle CPU, each list filter's p95, "
+        "stats and queues p95, a bulk dry run over 70 %, events per job, WAL and RSS",
+        (scale_run,),
+        False,
+    ),
     "kafka": (
         "the Kafka relay: events/s to the broker, and commit -> consumer lag at 1,000 events/s, each beside the "
         "raw aiokafka producer on the same broker",

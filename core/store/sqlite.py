@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import sqlite3
 import threading
@@ -296,11 +297,47 @@ def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
         tx.emit("job.created", j.id, j.queue, {"job": job_summary(j)})
 
 
+MERGE_NAMES = 200  # distinct names in a prefix up to which a page merges one walk of jobs_name per name
+_NEXT_NAMES = (  # the distinct names in [lo, hi), one index seek each (a skip scan SQLite does not do itself)
+    "WITH RECURSIVE d(name) AS (SELECT (SELECT min(name) FROM jobs WHERE name >= ? AND name < ?) "
+    "UNION ALL SELECT (SELECT min(name) FROM jobs WHERE name > d.name AND name < ?) FROM d WHERE d.name IS NOT NULL) "
+    "SELECT name FROM d WHERE name IS NOT NULL LIMIT ?"
+)
+
+
+def _by_name_prefix(
+    c: sqlite3.Connection, select: str, flt: JobFilter, order: JobOrder, limit: int
+) -> list[Any] | None:
+    """A name-prefix page in id order as a lazy merge of one (name, id) walk per name of the prefix:
+    about `limit` rows read wherever the matches lie (the newest 50,000 jobs may all have other names).
+    None when the prefix has more than MERGE_NAMES names (then the ids walk: such names are many and
+    spread out, like job-1 ... job-5000)."""
+    assert flt.name_prefix
+    hi = flt.name_prefix + "\U0010ffff"
+    names = [r[0] for r in c.execute(_NEXT_NAMES, (flt.name_prefix, hi, hi, MERGE_NAMES + 1))]
+    if len(names) > MERGE_NAMES:
+        return None
+    where, params = _job_where(dataclasses.replace(flt, name_prefix=None), by_order=True)
+    where.insert(0, "name = ?")
+    if order.after is not None:
+        where.append(f"id {'<' if order.descending else '>'} ?")
+        params.append(order.after[1])
+    sql = f"{select} INDEXED BY jobs_name WHERE {' AND '.join(where)} ORDER BY id {'DESC' if order.descending else 'ASC'} LIMIT ?"
+    walks = [c.execute(sql, (name, *params, limit)) for name in names]
+    sign = -1 if order.descending else 1
+    rows = list(islice(heapq.merge(*walks, key=lambda r: sign * r[0]), limit))
+    for walk in walks:
+        walk.close()
+    return rows
+
+
 def _list_rows(c: sqlite3.Connection, select: str, flt: JobFilter, order: JobOrder, limit: int) -> list[Any]:
     """The rows of a job list page: `select` (columns FROM jobs) with the filter, order and cursor."""
     if flt.tag is not None and order.by_id:
         sql, params = _tag_driven(select, flt, order, limit)
         return c.execute(sql, params).fetchall()
+    if flt.name_prefix and order.by_id and (rows := _by_name_prefix(c, select, flt, order, limit)) is not None:
+        return rows
     walk = False
     filtered = bool(flt.states or flt.queue is not None or flt.name_prefix or flt.tag is not None)
     if filtered and not _index_gives_order(flt, order):  # many matches: walk the order's index

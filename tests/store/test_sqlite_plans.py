@@ -33,12 +33,14 @@ NOW = time.time()
 
 # The issue's mix at a smaller size: 70 % finished, 10 % scheduled (due in the future), 5 % queued in
 # five queues, 5 % queued in a paused queue (the oldest: a claim that skipped them would read them all),
-# 5 % failed (retrying later), 0.5 % running, the rest dead; 20 names; 70 % tagged 'common', 1 % 'rare'.
+# 5 % failed (retrying later), 0.5 % running, the rest dead; 20 names, and the newest 20 % of the jobs
+# named otherwise (a name-prefix page that walked the ids would read them all first); 70 % tagged
+# 'common', 1 % 'rare'.
 FILL = f"""
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {JOBS})
 INSERT INTO jobs (id, name, queue, state, priority, sort_key, run_at, created_at, updated_at, attempt, max_attempts,
                   backoff_base, backoff_cap, task, tags, agent, lease_expires_at, spec_max_attempts)
-SELECT i, 'report-' || (i % 20) || '.daily',
+SELECT i, CASE WHEN i > {JOBS} * 0.8 THEN 'noop' ELSE 'report-' || (i % 20) || '.daily' END,
        CASE WHEN i % 20 = 1 THEN 'held' ELSE 'q' || (i % 5) END,
        CASE WHEN i % 20 IN (1, 2) THEN 'queued' WHEN i % 10 = 3 THEN 'scheduled' WHEN i % 20 = 4 THEN 'failed'
             WHEN i % 200 = 5 THEN 'running' WHEN i % 200 = 25 THEN 'dead' ELSE 'succeeded' END,
