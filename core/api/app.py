@@ -216,6 +216,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         agents_ws,
         archive,
         auth_routes,
+        docs,
         events,
         health,
         jobs,
@@ -234,7 +235,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         version=API_VERSION,
         description="Submit, watch and steer jobs. Errors are JSON: {error, message, field}.",
         default_response_class=JSON,
-        docs_url="/docs",
+        docs_url=None,  # served from the node's own copy of Swagger UI (core/api/docs.py)
         redoc_url=None,
     )
     app.state.engine = engine
@@ -272,6 +273,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
 
     for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes, observe, archive):
         app.include_router(module.router)
+    docs.mount_docs(app)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     # Inside BodyLimit (which copies the scope): the router writes the matched route into this scope.
     app.add_middleware(observe.RequestContext, metrics=engine.metrics)
