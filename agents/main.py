@@ -16,6 +16,7 @@ from agents.state import StateDirBusy, default_state_dir
 from core.client import JobDeckClient
 from core.errors import TLSUntrusted
 from core.obs.logs import setup_logging
+from core.obs.tracing import tracing_for
 from core.protocol import Channel
 
 log = logging.getLogger("jobdeck.agent")
@@ -107,6 +108,7 @@ def main(
     shutdown_grace_seconds: float,
     log_level: str = "info",
     log_format: str = "auto",
+    tracing: str = "off",
     token: str | None = None,
     secrets_dir: str | None = None,
     ca_file: str | None = None,
@@ -128,6 +130,7 @@ def main(
         heartbeat_seconds=heartbeat_seconds,
         kill_grace_seconds=kill_grace_seconds,
         secrets_dir=secrets_dir or None,
+        tracing=tracing_for(tracing, "jobdeck-agent"),
     )
     if name:
         config.name = name
@@ -135,7 +138,10 @@ def main(
     if state_dir or name:
         config.state_dir = state_dir or str(default_state_dir(config.name))
     try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(run_agent(server, config, shutdown_grace_seconds, token, ca_file))
-    return uvloop.run(run_agent(server, config, shutdown_grace_seconds, token, ca_file))
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(run_agent(server, config, shutdown_grace_seconds, token, ca_file))
+        return uvloop.run(run_agent(server, config, shutdown_grace_seconds, token, ca_file))
+    finally:
+        config.tracing.shutdown()  # export the last runs' spans

@@ -29,6 +29,7 @@ from agents.pool import WorkerPool
 from agents.secrets import SecretStore
 from agents.state import AgentStateDir
 from core.obs import logs
+from core.obs.tracing import Tracing, traceparent_of
 from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed, Message
 
 log = logging.getLogger("jobdeck.agent")
@@ -51,6 +52,7 @@ class AgentConfig:
     output_tail_bytes: int = 64 * 1024
     secrets_dir: str | None = None  # a folder with one file per secret (besides JOBDECK_SECRET_* variables)
     state_dir: str | None = None  # identity and unacknowledged results, kept across restarts (agents/state.py)
+    tracing: Tracing = field(default_factory=Tracing)  # spans of its runs (core/obs/tracing.py); off by default
 
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # results are sent in messages of at most about this size
@@ -270,11 +272,16 @@ class AgentRuntime:
                     error=f"this agent has no handler for task kind {task.get('kind')!r}",
                 )
             else:
-                if a.get("timeout"):
-                    async with asyncio.timeout(a["timeout"]):
+                with self.config.tracing.run(a.get("traceparent"), job_id, attempt, str(a.get("queue") or "")) as span:
+                    # the task continues the job's trace: from the run's span, else from the submit's context
+                    ctx.traceparent = traceparent_of(span) if span is not None else a.get("traceparent")
+                    if a.get("timeout"):
+                        async with asyncio.timeout(a["timeout"]):
+                            outcome = await handler(task, ctx)
+                    else:
                         outcome = await handler(task, ctx)
-                else:
-                    outcome = await handler(task, ctx)
+                    if span is not None and not outcome.ok:
+                        span.set_attribute("jobdeck.error", str(outcome.error or "")[:500])
                 result, result_size = _jsonable(outcome.result)
                 size += result_size
                 report.update(

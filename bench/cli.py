@@ -23,7 +23,7 @@ from bench.flow import drain_with_limits
 from bench.kafka import consumer_lag, relay_throughput
 from bench.latency import due_later, due_now
 from bench.lists import job_lists
-from bench.observability import metrics_cost
+from bench.observability import observability_cost, retention_cost
 from bench.python_tasks import calls as python_calls
 from bench.python_tasks import jobs as python_jobs
 from bench.ratelimit import rate_limit_cost
@@ -96,9 +96,10 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         (relay_throughput, consumer_lag),
         False,
     ),
-    "metrics": (
-        "what Prometheus metrics cost: drain rate and pick-up p99 with JOBDECK_METRICS on vs off, alternating turns",
-        (metrics_cost,),
+    "obs": (
+        "what metrics and tracing cost (drain rate, pick-up p99, each on vs both off, alternating turns); "
+        "retention: purge rate and pick-up p99 during a purge vs without",
+        (observability_cost, retention_cost),
         False,
     ),
     "web": (

@@ -1,12 +1,22 @@
-"""What metrics cost: drain throughput and pick-up p99 on a node with metrics on vs one with them off
-(JOBDECK_METRICS), in alternating turns of one run, so the machine's load hits both alike.
+"""What observability costs: drain throughput and pick-up p99 on a node with Prometheus metrics on,
+and on one with OpenTelemetry tracing on (exporting over OTLP/HTTP to a collector stand-in in this
+process), each against a node with both off, in alternating turns of one run, so the machine's load
+hits every mode alike. And what retention costs: the purge rate of old jobs, and the pick-up p99
+of a steady stream while the purge runs vs without it.
 
 Drain: jobs stored in a paused queue, then resumed; the clock runs to the last success (the e2e
 bench's resumed run). Pick-up: no-op jobs submitted at a steady rate, started_at - run_at per job.
-Every turn is a fresh `jobdeck up` on a fresh store. The ratio on/off is the figure: 1.00 is free.
+Every turn is a fresh `jobdeck up` on a fresh store. The ratios are the figures: 1.00 is free.
 """
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench.context import RunContext
 from bench.latency import paced
@@ -14,45 +24,154 @@ from bench.report import Figure, percentile
 from bench.throughput import run_resumed
 from bench.workload import BenchClient, all_jobs, epoch, noop_job, wait_for_state
 
-MODES = {"off": "false", "on": "true"}
 ROUNDS = 2
 QUEUE = "obs-pickup"
 
 
-async def _pickup_ms(ctx: RunContext, client: BenchClient) -> list[float]:
+class _Collector(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector stand-in: takes every export, keeps a count of the bytes."""
+
+    received = 0
+
+    def do_POST(self) -> None:
+        size = int(self.headers.get("content-length") or 0)
+        _Collector.received += len(self.rfile.read(size))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def collector() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+async def _pickup_ms(ctx: RunContext, client: BenchClient, seconds: float, queue: str = QUEUE) -> list[float]:
     s = ctx.scale
     for job in [await client.submit(noop_job("warm-up")) for _ in range(4)]:
         await client.wait_for(job["id"], timeout=s.stall_seconds)
-    pacing = await paced(s.pickup_rate, s.pickup_seconds / 2, lambda: client.submit(noop_job(QUEUE, delay=0)))
-    await wait_for_state(client, QUEUE, "succeeded", len(pacing.lateness), poll=s.poll_seconds, stall=s.stall_seconds)
-    return [(epoch(j["started_at"]) - epoch(j["run_at"])) * 1000 for j in await all_jobs(client, QUEUE)]
+    pacing = await paced(s.pickup_rate, seconds, lambda: client.submit(noop_job(queue, delay=0)))
+    await wait_for_state(client, queue, "succeeded", len(pacing.lateness), poll=s.poll_seconds, stall=s.stall_seconds)
+    return [(epoch(j["started_at"]) - epoch(j["run_at"])) * 1000 for j in await all_jobs(client, queue)]
 
 
-async def metrics_cost(ctx: RunContext) -> list[Figure]:
-    """Turns of off, on, off, on: each mode's drain rate and pick-up p99 over its turns."""
-    drain: dict[str, list[float]] = {m: [] for m in MODES}
-    pickup: dict[str, list[float]] = {m: [] for m in MODES}
-    for r in range(ROUNDS):
-        for mode, flag in MODES.items():
-            env = {"JOBDECK_METRICS": flag}
-            async with ctx.server(f"metrics-{mode}-drain-{r}", ctx.scale.e2e_slots, env) as (srv, client):
-                rate, _ = await run_resumed(ctx, [srv], [client])
-                drain[mode].append(rate)
-            async with ctx.server(f"metrics-{mode}-pickup-{r}", ctx.scale.pickup_slots, env) as (_, client):
-                pickup[mode].extend(await _pickup_ms(ctx, client))
-            ctx.progress(f"metrics {mode}, round {r + 1}: drain {drain[mode][-1]:,.0f} jobs/s")
-    figures = []
+async def observability_cost(ctx: RunContext) -> list[Figure]:
+    """Turns of off, metrics, tracing (twice): each mode's drain rate and pick-up p99."""
+    with collector() as endpoint:
+        modes = {
+            "off": {"JOBDECK_METRICS": "false", "JOBDECK_TRACING": "off"},
+            "metrics": {"JOBDECK_METRICS": "true", "JOBDECK_TRACING": "off"},
+            "tracing": {
+                "JOBDECK_METRICS": "false",
+                "JOBDECK_TRACING": "otlp",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+                "OTEL_BSP_MAX_QUEUE_SIZE": "65536",
+            },
+        }
+        drain: dict[str, list[float]] = {m: [] for m in modes}
+        pickup: dict[str, list[float]] = {m: [] for m in modes}
+        for r in range(ROUNDS):
+            for mode, env in modes.items():
+                async with ctx.server(f"obs-{mode}-drain-{r}", ctx.scale.e2e_slots, env) as (srv, client):
+                    rate, _ = await run_resumed(ctx, [srv], [client])
+                    drain[mode].append(rate)
+                async with ctx.server(f"obs-{mode}-pickup-{r}", ctx.scale.pickup_slots, env) as (_, client):
+                    pickup[mode].extend(await _pickup_ms(ctx, client, ctx.scale.pickup_seconds / 2))
+                ctx.progress(f"{mode}, round {r + 1}: drain {drain[mode][-1]:,.0f} jobs/s")
+        exported = _Collector.received
     rates = {m: sum(v) / len(v) for m, v in drain.items()}
     p99 = {m: percentile(sorted(v), 99) for m, v in pickup.items()}
-    for mode in MODES:
+    figures = []
+    for mode in modes:
         turns = ", ".join(f"{x:,.0f}" for x in drain[mode])
-        figures.append(Figure("metrics cost", f"drain, metrics {mode}", rates[mode], "jobs/s", None,
+        figures.append(Figure("observability cost", f"drain, {mode}", rates[mode], "jobs/s", None,
                               f"{ctx.scale.e2e_jobs:,} jobs a turn; turns {turns}"))  # fmt: skip
-        figures.append(Figure("metrics cost", f"pick-up p99, metrics {mode}", p99[mode], "ms", None,
+        figures.append(Figure("observability cost", f"pick-up p99, {mode}", p99[mode], "ms", None,
                               f"{len(pickup[mode]):,} jobs at {ctx.scale.pickup_rate:.0f}/s; "
                               f"p50 {percentile(sorted(pickup[mode]), 50):.1f} ms"))  # fmt: skip
-    figures.append(Figure("metrics cost", "drain: on / off", rates["on"] / rates["off"], "ratio", None,
-                          "1.00 = free; the issue's floor: >= 0.95"))  # fmt: skip
-    figures.append(Figure("metrics cost", "pick-up p99: on / off", p99["on"] / p99["off"], "ratio", None,
-                          "1.00 = free; lower is better"))  # fmt: skip
+    for mode, floor in (("metrics", 0.95), ("tracing", 0.85)):
+        figures.append(Figure("observability cost", f"drain: {mode} on / off", rates[mode] / rates["off"], "ratio",
+                              None, f"1.00 = free; the issue's floor: >= {floor}"))  # fmt: skip
+        figures.append(Figure("observability cost", f"pick-up p99: {mode} on / off", p99[mode] / p99["off"], "ratio",
+                              None, "1.00 = free; lower is better"))  # fmt: skip
+    figures.append(Figure("observability cost", "OTLP bytes exported (tracing turns)", exported / 1e6, "MB"))
     return figures
+
+
+async def _purged(client: BenchClient) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = (await client._http.get("/metrics")).text
+    return sum(x.value for f in text_string_to_metric_families(text) if f.name == "jobdeck_retention_purged"
+               for x in f.samples if x.name.endswith("_total"))  # fmt: skip
+
+
+async def retention_cost(ctx: RunContext) -> list[Figure]:
+    """One node whose retention is RETAIN s: drain the old jobs, time a stream's pick-up (nothing to
+    purge yet), wait until the old jobs pass the retention, time another stream while they are purged."""
+    s = ctx.scale
+    retain = 60.0
+    kept = {QUEUE: 0, f"{QUEUE}-purge": 0, "warm-up": 0}  # the streams' own jobs stay (0: keep)
+    env = {"JOBDECK_JOB_RETENTION_DAYS": str(retain / 86400), "JOBDECK_RETENTION_INTERVAL_SECONDS": "1",
+           "JOBDECK_QUEUE_RETENTION_DAYS": json.dumps(kept)}  # fmt: skip
+    seconds = s.pickup_seconds / 2
+    loop = asyncio.get_running_loop()
+    async with ctx.server("retention", s.pickup_slots, env) as (srv, client):
+        began = loop.time()
+        await run_resumed(ctx, [srv], [client])
+        quiet = await _pickup_ms(ctx, client, seconds)
+        if (left := began + retain - loop.time()) > 0:
+            ctx.progress(f"waiting {left:.0f} s for the {s.e2e_jobs:,} old jobs to pass the retention")
+            await asyncio.sleep(left)
+        samples: list[tuple[float, float]] = []
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            while not stop.is_set():
+                samples.append((loop.time(), await _purged(client)))
+                await asyncio.sleep(0.25)
+
+        watcher = asyncio.create_task(watch())
+        during = await _pickup_ms(ctx, client, seconds, f"{QUEUE}-purge")
+        deadline = loop.time() + 120
+        while (not samples or samples[-1][1] < s.e2e_jobs) and loop.time() < deadline:
+            await asyncio.sleep(0.25)
+        stop.set()
+        await watcher
+    start_t = next((t for t, n in samples if n > 0), samples[0][0])
+    end_t = next((t for t, n in samples if n >= s.e2e_jobs), samples[-1][0])
+    purged = samples[-1][1]
+    overlap = sum(1 for t, n in samples if 0 < n < s.e2e_jobs) * 0.25
+    q99, d99 = percentile(sorted(quiet), 99), percentile(sorted(during), 99)
+    return [
+        Figure(
+            "retention",
+            "purge rate (archive + delete)",
+            purged / max(0.25, end_t - start_t),
+            "jobs/s",
+            None,
+            f"{purged:,.0f} jobs in {end_t - start_t:.1f} s; batches of 500, 50 ms apart",
+        ),
+        Figure(
+            "retention", "pick-up p99 without a purge", q99, "ms", None, f"{len(quiet):,} jobs at {s.pickup_rate:.0f}/s"
+        ),
+        Figure(
+            "retention",
+            "pick-up p99 during the purge",
+            d99,
+            "ms",
+            None,
+            f"{len(during):,} jobs; the purge ran during ~{overlap:.1f} s of the stream's {seconds:.1f} s",
+        ),
+        Figure("retention", "pick-up p99: during / without", d99 / q99, "ratio", None, "the issue's floor: <= 2"),
+    ]

@@ -275,6 +275,7 @@ class AgentHub:
         with the reason (the attempt number is the fence: a result of an attempt that is not the
         job's running one is refused). Nothing is acknowledged when the store cannot write them:
         the agent holds them and sends them again."""
+        began = time.time()
         decisions: dict[int, Decide] = {}
         runs: dict[int, RunResult] = {}
         for r in results:
@@ -301,6 +302,7 @@ class AgentHub:
                 continue
             acks.append([job_id, rr.attempt, None])
             metrics.ran(res.queue, rr.outcome, rr.started_at, rr.finished_at)
+            self.engine.tracing.result(res, rr.outcome, rr.attempt, began)
             if res.state == "failed" and res.run_at < self.engine.next_promote_at:
                 self.engine.wake_promoter()
         self.engine.wake()

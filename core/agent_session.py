@@ -26,6 +26,7 @@ def assignment(job: Job) -> Message:
         "task": job.task,
         "timeout": job.timeout,
         "run_at": job.run_at,
+        "traceparent": job.traceparent,
     }
 
 

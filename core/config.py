@@ -47,6 +47,8 @@ class Settings:
     output_tail_bytes: int = 64 * 1024
     log_level: str = "info"
     log_format: str = "auto"  # json | text | auto (JSON unless stderr is a terminal): docs/observability.md
+    tracing: str = "off"  # off | otlp (OTEL_EXPORTER_OTLP_* say where) | console: core/obs/tracing.py
+    trace_url_template: str = ""  # a job's trace in your trace UI, e.g. https://jaeger.example/trace/{trace_id}
     metrics: bool = True  # /metrics and /metrics/cluster (Prometheus); false: the hooks cost nothing
     # Sign-in (docs/auth.md): "none" (loopback only), "token" (static tokens), "oidc" (+ static tokens)
     auth: str = "none"
@@ -225,6 +227,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
             f"kafka_submit_idempotency {settings.kafka_submit_idempotency!r} is not one of offset, key",
             field="kafka_submit_idempotency",
         )
+    if settings.tracing not in ("off", "otlp", "console"):
+        raise InvalidInput(f"tracing {settings.tracing!r} is not one of off, otlp, console", field="tracing")
+    if settings.trace_url_template and "{trace_id}" not in settings.trace_url_template:
+        raise InvalidInput("trace_url_template must contain {trace_id}, e.g. https://jaeger.example/trace/{trace_id}",
+                           field="trace_url_template")  # fmt: skip
     if settings.log_format not in ("auto", "json", "text"):
         raise InvalidInput(f"log_format {settings.log_format!r} is not one of json, text, auto", field="log_format")
     if not 1 <= settings.retention_batch <= 10_000:

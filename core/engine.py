@@ -37,6 +37,7 @@ from core.model import (
     utcnow,
 )
 from core.obs.metrics import NodeMetrics, NoMetrics
+from core.obs.tracing import Tracing
 from core.protocol import Channel, ChannelClosed
 from core.schedule import ONCE_SLACK_SECONDS, Schedule, jitter_offset, next_fire_times, plan_fires
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
@@ -70,9 +71,11 @@ class Engine:
         settings: Settings,
         clock: Callable[[], float] = utcnow,
         metrics: NodeMetrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics if metrics is not None else NoMetrics()
+        self.tracing = tracing if tracing is not None else Tracing()
         self.bus = bus
         self.settings = settings
         self.clock = clock
@@ -135,8 +138,12 @@ class Engine:
     async def submit(self, specs: Sequence[dict[str, Any]]) -> list[tuple[Job, bool]]:
         """Store new jobs (all or none) and wake whatever must act on them."""
         now = self.clock()
-        jobs = [build_job(s, now, self.policy) for s in specs]
-        out = await self.store.submit_jobs(jobs)
+        with self.tracing.submit(len(specs)) as traceparent:
+            jobs = [build_job(s, now, self.policy) for s in specs]
+            if traceparent is not None:
+                for j in jobs:
+                    j.traceparent = traceparent
+            out = await self.store.submit_jobs(jobs)
         self._after_submit(j for j, created in out if created)
         return out
 
@@ -362,6 +369,7 @@ class Engine:
             if not jobs:
                 continue
             self.metrics.claimed(jobs, now)
+            self.tracing.claimed(jobs, now, s.name)
             assigned = True
             for j in jobs:
                 if j.queue in caps:

@@ -99,6 +99,7 @@ class Job:
     result: Any = None
     spec_max_attempts: int = 3
     labels: dict[str, str] = field(default_factory=dict)  # an agent must have all of them
+    traceparent: str | None = None  # W3C context of its submit: every step's span is its child (core/obs/tracing.py)
 
 
 def labels_text(labels: dict[str, str]) -> str:
@@ -207,6 +208,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "paused_from": job.paused_from,
         "last_error": job.last_error,
         "result": job.result,
+        "trace_id": job.traceparent.split("-")[1] if job.traceparent else None,
     }
 
 
@@ -498,6 +500,7 @@ def build_job(spec: dict[str, Any], now: float, policy: Policy) -> Job:
         schedule_id=spec.get("schedule_id"),
         fire_time=spec.get("fire_time"),
         labels=dict(spec.get("labels") or {}),
+        traceparent=spec.get("traceparent"),
     )
 
 

@@ -24,6 +24,7 @@ from core.engine import Engine
 from core.errors import InvalidInput
 from core.model import Policy
 from core.obs.metrics import NodeMetrics, NoMetrics
+from core.obs.tracing import Tracing, tracing_for
 from core.relay import Relay
 from core.retention import Retention
 from core.store.base import Event
@@ -99,7 +100,7 @@ class _Server(uvicorn.Server):
 class Node:
     """Everything one `jobdeck server` / `jobdeck up` process runs."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tracing: Tracing | None = None) -> None:
         self.settings = settings
         # With Redis, events committed on any node reach the subscribers of every node.
         # The channel is named after the store, so clusters that share a Redis do not hear each other.
@@ -108,7 +109,8 @@ class Node:
         self.tls = server_tls(settings) if settings.tls else None  # a bad certificate stops the node first
         self.metrics = NodeMetrics() if settings.metrics else NoMetrics()
         self.store = open_store(settings, self.bus, self.metrics)
-        self.engine = Engine(self.store, self.bus, settings, metrics=self.metrics)
+        self.tracing = tracing if tracing is not None else tracing_for(settings.tracing)
+        self.engine = Engine(self.store, self.bus, settings, metrics=self.metrics, tracing=self.tracing)
         self.retention = Retention(self.store, settings, self.metrics)
         self.app = create_app(self.engine)
         self.app.state.archive = self.retention.archive
@@ -245,6 +247,7 @@ class Node:
             if isinstance(self.bus, RedisBus):
                 await self.bus.close()
             await self.store.close()
+            self.tracing.shutdown()
         finally:
             for sig in watched:
                 loop.remove_signal_handler(sig)

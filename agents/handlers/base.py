@@ -45,6 +45,7 @@ class RunContext:
         self.kill_grace = kill_grace
         self.workers = workers
         self.secrets = secrets
+        self.traceparent: str | None = None  # the job's trace context, for the task (TRACEPARENT)
         self._buf = bytearray()
         self.truncated = 0  # bytes dropped from the front
         self._hidden: dict[str, str] = {}  # secret value (or one line of it) -> its name

@@ -19,6 +19,8 @@ async def run_shell(task: dict[str, Any], ctx: RunContext) -> Outcome:
         return Outcome(False, str(exc), retryable=False)
     env["JOBDECK_JOB_ID"] = str(ctx.job_id)
     env["JOBDECK_ATTEMPT"] = str(ctx.attempt)
+    if ctx.traceparent:  # W3C trace context: an instrumented task's spans join the job's trace
+        env["TRACEPARENT"] = ctx.traceparent
     common: dict[str, Any] = dict(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,

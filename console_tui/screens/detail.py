@@ -117,6 +117,10 @@ class JobDetailScreen(ConsoleMixin, Screen[None]):
             line.append(f"\nlast error: {j['last_error']}", style="red")
         if j.get("waiting_for"):
             line.append(f"\nwaiting for: {j['waiting_for']}", style="yellow")
+        if j.get("trace_id"):  # its OpenTelemetry trace, and where to see it (JOBDECK_TRACE_URL_TEMPLATE)
+            line.append(
+                f"\ntrace {j['trace_id']}" + (f"   {j['trace_url']}" if j.get("trace_url") else ""), style="dim"
+            )
         self.query_one("#summary", Static).update(line)
         spec = {k: j.get(k) for k in ("task", "timeout", "backoff", "tags", "labels", "idempotency_key") if j.get(k)}
         times = Text.assemble(

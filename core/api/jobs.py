@@ -25,8 +25,13 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
 async def view(job: Job, engine: Engine) -> dict[str, Any]:
-    """A job as the API shows it, with why it waits when it cannot start (see Engine.waiting_for)."""
-    return dict(job_to_dict(job), waiting_for=(await engine.waiting_for([job]))[job.id])
+    """A job as the API shows it, with why it waits when it cannot start (see Engine.waiting_for)
+    and the link to its trace (trace_url_template)."""
+    out = dict(job_to_dict(job), waiting_for=(await engine.waiting_for([job]))[job.id])
+    template = engine.settings.trace_url_template
+    if template and out["trace_id"]:
+        out["trace_url"] = template.replace("{trace_id}", out["trace_id"])
+    return out
 
 
 @router.post(

@@ -52,8 +52,11 @@ class RequestContext:
         headers = dict(scope.get("headers") or ())
         rid = _request_id(headers.get(b"x-request-id"))
         tp = headers.get(b"traceparent")
+        tp_text = tp.decode("latin-1").strip() if tp else None
+        tid = logs.trace_id_of(tp_text)
         rtoken = logs.request_id.set(rid)
-        ttoken = logs.trace_id.set(logs.trace_id_of(tp.decode("latin-1")) if tp else None)
+        ttoken = logs.trace_id.set(tid)
+        ptoken = logs.traceparent.set(tp_text if tid is not None else None)
         status = 500
         echoed = rid.encode()
 
@@ -76,6 +79,7 @@ class RequestContext:
                 log.debug("%s %s %d %.1f ms", scope["method"], scope["path"], status, seconds * 1000)
             logs.request_id.reset(rtoken)
             logs.trace_id.reset(ttoken)
+            logs.traceparent.reset(ptoken)
 
 
 class PrometheusText(Response):

@@ -53,6 +53,9 @@ class JobView(_Out):
     last_error: str | None
     result: Any = Field(description="what the task returned (python tasks), else null")
     waiting_for: str | None = Field(description="why a queued job is not running, when no agent can take it")
+    trace_id: str | None = Field(description="the W3C trace id of its submit: every step of its life is in that trace")
+    trace_url: str | None = Field(None, description="the trace in your trace UI (JOBDECK_TRACE_URL_TEMPLATE), "
+                                  "on GET /v1/jobs/{job_id}")  # fmt: skip
     deduplicated: bool = Field(False, description="true when the idempotency key was used before: this is that job")
 
 

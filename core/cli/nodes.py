@@ -35,6 +35,7 @@ def attach_local_agent(node: Node, name: str | None = None) -> None:
         kill_grace_seconds=settings.kill_grace_seconds,
         output_tail_bytes=settings.output_tail_bytes,
         secrets_dir=str(settings.secrets_dir) if settings.secrets_dir else None,
+        tracing=node.tracing,
     )
     runtime = AgentRuntime(config)
     if getattr(node.store, "single_node", False):
@@ -242,6 +243,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         log_level=args.log_level or os.environ.get("JOBDECK_LOG_LEVEL") or "info",
         log_format=args.log_format or os.environ.get("JOBDECK_LOG_FORMAT") or "auto",
         state_dir=args.state_dir or None,
+        tracing=os.environ.get("JOBDECK_TRACING") or "off",
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("jobdeck_request_id", default=None)
 trace_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("jobdeck_trace_id", default=None)
+#: the request's W3C traceparent header, when it is a valid one
+traceparent: contextvars.ContextVar[str | None] = contextvars.ContextVar("jobdeck_traceparent", default=None)
 #: (job id, attempt, queue) of the run in progress
 job: contextvars.ContextVar[tuple[int, int, str] | None] = contextvars.ContextVar("jobdeck_job", default=None)
 
@@ -43,16 +46,16 @@ def job_context(job_id: int, attempt: int, queue: str, trace: str | None = None)
 
 
 def trace_id_of(traceparent: str | None) -> str | None:
-    """The trace id of a W3C traceparent (`00-<32 hex>-<16 hex>-<2 hex>`), or None if it is not one."""
-    if not traceparent:
+    """The trace id of a W3C traceparent (`00-<32 hex>-<16 hex>-<2 hex>`), or None if it is not a valid one."""
+    if not traceparent or _TRACEPARENT.match(traceparent.strip()) is None:
         return None
-    parts = traceparent.strip().split("-")
-    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
-        return None
-    tid = parts[1].lower()
-    if tid == "0" * 32 or any(c not in "0123456789abcdef" for c in tid):
+    version, tid, sid, _ = traceparent.strip().split("-", 3)
+    if version == "ff" or tid == "0" * 32 or sid == "0" * 16:
         return None
     return tid
+
+
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
 class JSONFormatter(logging.Formatter):

@@ -22,7 +22,7 @@ JOB_TYPES: dict[str, str] = {
     "timeout": "float8", "task": "json", "tags": "json", "idempotency_key": "text", "schedule_id": "bigint",
     "fire_time": "float8", "agent": "text", "lease_expires_at": "float8", "cancel_requested": "boolean",
     "paused_from": "text", "last_error": "text", "started_at": "float8", "finished_at": "float8",
-    "result": "json", "spec_max_attempts": "integer", "labels": "text",
+    "result": "json", "spec_max_attempts": "integer", "labels": "text", "traceparent": "text",
 }  # fmt: skip
 JOB_COLUMNS = list(JOB_TYPES)  # the order of Job's fields
 ATTEMPT_TYPES: dict[str, str] = {
@@ -215,6 +215,7 @@ def job_row(j: Job) -> tuple[Any, ...]:
         j.idempotency_key, j.schedule_id, j.fire_time, j.agent, j.lease_expires_at, j.cancel_requested,
         j.paused_from, j.last_error, j.started_at, j.finished_at,
         None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts, labels_text(j.labels),
+        j.traceparent,
     )  # fmt: skip
 
 

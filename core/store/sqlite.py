@@ -70,7 +70,7 @@ JOB_COLUMNS = (
     "id", "name", "queue", "state", "priority", "sort_key", "run_at", "created_at", "updated_at", "attempt",
     "max_attempts", "backoff_base", "backoff_cap", "timeout", "task", "tags", "idempotency_key", "schedule_id",
     "fire_time", "agent", "lease_expires_at", "cancel_requested", "paused_from", "last_error", "started_at",
-    "finished_at", "result", "spec_max_attempts", "labels",
+    "finished_at", "result", "spec_max_attempts", "labels", "traceparent",
 )  # fmt: skip
 _SELECT_JOB = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
 _INSERT_JOB = f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
@@ -229,6 +229,7 @@ def _job_row(j: Job) -> tuple[Any, ...]:
         j.idempotency_key, j.schedule_id, j.fire_time, j.agent, j.lease_expires_at, int(j.cancel_requested),
         j.paused_from, j.last_error, j.started_at, j.finished_at,
         None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts, labels_text(j.labels),
+        j.traceparent,
     )  # fmt: skip
 
 

@@ -53,7 +53,8 @@ class JobDetailState(AppState):
         zone = self.zone_name()
         row = job_row(job, self.may("jobs.write", job.get("queue")), zone)
         row.update(task=task_text(job.get("task") or {}), run_at_clock=clock(job.get("run_at"), zone),
-                   created_clock=clock(job.get("created_at"), zone), color=STATE_COLOR.get(job["state"], "gray"))  # fmt: skip
+                   created_clock=clock(job.get("created_at"), zone), color=STATE_COLOR.get(job["state"], "gray"),
+                   trace_id=str(job.get("trace_id") or "-"), trace_url=str(job.get("trace_url") or ""))  # fmt: skip
         self.job = row
         self.prio_value = self.prio_value or row["priority"]
         self.spec_json = json.dumps({k: job.get(k) for k in ("task", "queue", "priority", "max_attempts", "timeout",
@@ -132,6 +133,12 @@ class JobDetailState(AppState):
             return self.failed(exc)
         await self.fetch()
         return rx.toast.success(f"job {self.job_id}: priority {self.prio_value}", duration=2000)
+
+
+def _trace(j: Any) -> rx.Component:
+    """The job's trace id: a link to the trace UI when the core has a trace_url_template."""
+    link = rx.link(j["trace_id"], href=j["trace_url"], is_external=True)
+    return rx.box(rx.cond(j["trace_url"] != "", link, rx.text(j["trace_id"])), id="job-trace")
 
 
 def _kv(label: str, value: Any) -> rx.Component:
@@ -213,6 +220,7 @@ def _details() -> rx.Component:
                     _kv("Created", j["created_clock"]),
                     _kv("Runs at", j["run_at_clock"]),
                     _kv("Agent", j["agent"]),
+                    _kv("Trace", _trace(j)),
                     _kv("Note", j["note"]),
                 )
             ),

@@ -1,0 +1,131 @@
+"""OpenTelemetry traces: one trace per job, from the submit to its result.
+
+The submit request's span (a child of the caller's W3C `traceparent`, if it sent one) is the job's
+parent: its context is stored on the job (`jobs.traceparent`) and every later step hangs under it,
+whichever node or agent does it: `jobdeck.wait` (due -> claimed) and `jobdeck.claim` on the node
+that claimed it, `jobdeck.run` on the agent (its context reaches the task: TRACEPARENT in a shell
+task's environment, the current span in an async Python task), `jobdeck.result` on the node that
+recorded it. Steps whose times are known afterwards (the wait) are recorded with those times.
+
+Off by default (JOBDECK_TRACING=off): no SDK is imported and every hook returns at once. The caller's
+traceparent is still stored, so the job can be found in the caller's trace. `otlp` exports over
+OTLP/HTTP, configured by the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS,
+OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER...); `console` prints spans (for a look on one machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from core.errors import InvalidInput
+from core.obs import logs
+
+if TYPE_CHECKING:
+    from core.model import Job
+
+MODES = ("off", "otlp", "console")
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def traceparent_of(span: Any) -> str:
+    """The W3C traceparent of a span's context."""
+    c = span.get_span_context()
+    return f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"
+
+
+class Tracing:
+    """The node's (or agent's) tracer, or none: every hook is a no-op then."""
+
+    def __init__(self, provider: Any = None) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer("jobdeck") if provider is not None else None
+
+    @property
+    def enabled(self) -> bool:
+        return self.tracer is not None
+
+    def _parent(self, traceparent: str | None) -> Any:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        return TraceContextTextMapPropagator().extract({"traceparent": traceparent} if traceparent else {})
+
+    @contextlib.contextmanager
+    def submit(self, jobs: int) -> Iterator[str | None]:
+        """Around a submit: yields the traceparent to store on the new jobs (None: no trace)."""
+        incoming = logs.traceparent.get()
+        if self.tracer is None:
+            yield incoming
+            return
+        with self.tracer.start_as_current_span("jobdeck.submit", context=self._parent(incoming),
+                                               attributes={"jobdeck.jobs": jobs}) as span:  # fmt: skip
+            yield traceparent_of(span)
+
+    def claimed(self, jobs: Iterable[Job], began: float, agent: str) -> None:
+        """The wait (due -> the claim began) and the claim (its transaction) of each traced job."""
+        if self.tracer is None:
+            return
+        ended = time.time()
+        for j in jobs:
+            if not j.traceparent:
+                continue
+            parent = self._parent(j.traceparent)
+            attrs = {"jobdeck.job_id": j.id, "jobdeck.attempt": j.attempt, "jobdeck.queue": j.queue}
+            due = max(j.run_at, j.created_at)
+            wait = self.tracer.start_span("jobdeck.wait", context=parent, start_time=_ns(due), attributes=attrs)
+            wait.end(end_time=_ns(max(due, began)))
+            claim = self.tracer.start_span("jobdeck.claim", context=parent, start_time=_ns(began),
+                                           attributes={**attrs, "jobdeck.agent": agent})  # fmt: skip
+            claim.end(end_time=_ns(ended))
+
+    def result(self, job: Job, outcome: str, attempt: int, began: float) -> None:
+        """The recording of an attempt's result."""
+        if self.tracer is None or not job.traceparent:
+            return
+        span = self.tracer.start_span("jobdeck.result", context=self._parent(job.traceparent), start_time=_ns(began),
+                                      attributes={"jobdeck.job_id": job.id, "jobdeck.attempt": attempt,
+                                                  "jobdeck.queue": job.queue, "jobdeck.outcome": outcome,
+                                                  "jobdeck.state": job.state})  # fmt: skip
+        span.end()
+
+    @contextlib.contextmanager
+    def run(self, traceparent: str | None, job_id: int, attempt: int, queue: str) -> Iterator[Any]:
+        """Around a run on an agent: yields the span (None when not traced); it is the current span
+        inside, and `traceparent_of(span)` is what the task gets."""
+        if self.tracer is None or not traceparent:
+            yield None
+            return
+        attrs = {"jobdeck.job_id": job_id, "jobdeck.attempt": attempt, "jobdeck.queue": queue}
+        with self.tracer.start_as_current_span("jobdeck.run", context=self._parent(traceparent),
+                                               attributes=attrs) as span:  # fmt: skip
+            yield span
+
+    def shutdown(self) -> None:
+        """Export what is buffered (a stopping node or agent)."""
+        if self.provider is not None and hasattr(self.provider, "shutdown"):
+            self.provider.shutdown()
+
+
+def tracing_for(mode: str, service: str = "jobdeck") -> Tracing:
+    """Tracing as the settings ask: off (no SDK loaded), otlp or console."""
+    if mode not in MODES:
+        raise InvalidInput(f"tracing {mode!r} is not one of off, otlp, console", field="tracing")
+    if mode == "off":
+        return Tracing()
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))  # OTEL_SERVICE_NAME wins
+    if mode == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    else:
+        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    return Tracing(provider)

@@ -1,0 +1,124 @@
+"""One trace per job across a node and an agent on its WebSocket (the remote agents' protocol), with
+the SDK's in-memory exporter: the caller's traceparent is the root, the submit its child, and the
+wait, claim, run and result hang under the submit; the shell task gets the run's TRACEPARENT; the
+API shows the trace id and the link. With tracing off the caller's context is still kept."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agents.runtime import AgentConfig, AgentRuntime
+from core.client import JobDeckClient
+from core.node import Node
+from core.obs.tracing import Tracing
+from tests.conftest import node_settings, until
+
+CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CALLER_SPAN = "b7ad6b7169203331"
+TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+JOB = {"name": "traced", "queue": "tq", "task": {"kind": "shell", "command": 'echo "tp=$TRACEPARENT"'}}
+
+
+@dataclass
+class Traced:
+    url: str
+    node: Node
+    spans: InMemorySpanExporter
+
+
+async def _serve(tmp_path: Path, tracing: Tracing, **settings: Any) -> AsyncIterator[tuple[str, Node]]:
+    node = Node(node_settings(tmp_path, trace_url_template="https://traces.example/t/{trace_id}", **settings),
+                tracing=tracing)  # fmt: skip
+    await node.start()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(node.serve(on_ready=ready.set_result))
+    url = await asyncio.wait_for(ready, 10)
+    # an agent over the node's WebSocket, as `jobdeck agent` connects (in this process, so one exporter sees all)
+    runtime = AgentRuntime(AgentConfig(name="remote-1", slots=2, heartbeat_seconds=1.0, tracing=tracing))
+    client = JobDeckClient(url)
+    agent = asyncio.create_task(runtime.run_forever(client.agent_channel))
+    try:
+        await until(lambda: node.engine.hub.sessions, timeout=30, what="the agent to register")
+        yield url, node
+    finally:
+        await runtime.shutdown(2)
+        agent.cancel()
+        await asyncio.gather(agent, return_exceptions=True)
+        await client.close()
+        assert node.server is not None
+        node.server.should_exit = True
+        await asyncio.wait_for(serving, 15)
+
+
+@pytest.fixture
+async def traced(tmp_path: Path) -> AsyncIterator[Traced]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    async for url, node in _serve(tmp_path, Tracing(provider)):
+        yield Traced(url, node, exporter)
+
+
+async def _run(url: str, headers: dict[str, str]) -> tuple[dict[str, Any], str]:
+    async with httpx.AsyncClient(base_url=url) as http:
+        made = await http.post("/v1/jobs", json=JOB, headers=headers)
+        assert made.status_code == 201, made.text
+    async with JobDeckClient(url) as c:
+        job = await c.wait_for(made.json()["id"], timeout=60)
+        assert job["state"] == "succeeded", job
+        return await c.get_job(job["id"]), (await c.attempts(job["id"]))[0]["output"]
+
+
+async def test_one_trace_per_job_across_the_node_and_its_agent(traced: Traced) -> None:
+    job, output = await _run(traced.url, {"traceparent": TRACEPARENT})
+    assert job["trace_id"] == CALLER_TRACE
+    assert job["trace_url"] == f"https://traces.example/t/{CALLER_TRACE}"
+
+    def names() -> set[str]:
+        return {s.name for s in traced.spans.get_finished_spans()}
+
+    await until(lambda: {"jobdeck.submit", "jobdeck.wait", "jobdeck.claim", "jobdeck.run", "jobdeck.result"} <= names(),
+                timeout=30, what="the job's five spans")  # fmt: skip
+    spans = {s.name: s for s in traced.spans.get_finished_spans() if s.name.startswith("jobdeck.")}
+    assert {f"{s.context.trace_id:032x}" for s in spans.values()} == {CALLER_TRACE}, "one trace, the caller's"
+    submit = spans["jobdeck.submit"]
+    assert f"{submit.parent.span_id:016x}" == CALLER_SPAN, "the submit is the caller's child"
+    for step in ("jobdeck.wait", "jobdeck.claim", "jobdeck.run", "jobdeck.result"):
+        s = spans[step]
+        assert s.parent is not None and s.parent.span_id == submit.context.span_id, f"{step} hangs under the submit"
+        assert s.attributes["jobdeck.job_id"] == job["id"], s.attributes
+    assert spans["jobdeck.run"].attributes["jobdeck.attempt"] == 1
+    assert spans["jobdeck.result"].attributes["jobdeck.outcome"] == "succeeded"
+    assert spans["jobdeck.claim"].attributes["jobdeck.agent"] == "remote-1"
+    wait, claim, run, result = (spans[n] for n in ("jobdeck.wait", "jobdeck.claim", "jobdeck.run", "jobdeck.result"))
+    assert wait.end_time <= claim.end_time <= run.start_time + 10**9 and run.end_time <= result.end_time, "in order"
+    run_ctx = run.context
+    assert f"tp=00-{CALLER_TRACE}-{run_ctx.span_id:016x}-01" in output, f"the task got the run's context: {output!r}"
+
+
+async def test_without_a_caller_context_the_submit_starts_the_trace(traced: Traced) -> None:
+    job, _ = await _run(traced.url, {})
+    assert job["trace_id"] is not None and len(job["trace_id"]) == 32
+    await until(lambda: any(s.name == "jobdeck.result" for s in traced.spans.get_finished_spans()), timeout=30,
+                what="the result span")  # fmt: skip
+    submit = next(s for s in traced.spans.get_finished_spans() if s.name == "jobdeck.submit")
+    assert submit.parent is None and f"{submit.context.trace_id:032x}" == job["trace_id"]
+
+
+async def test_with_tracing_off_the_callers_context_is_kept_and_passed_on(tmp_path: Path) -> None:
+    async for url, _ in _serve(tmp_path, Tracing()):
+        job, output = await _run(url, {"traceparent": TRACEPARENT})
+        assert job["trace_id"] == CALLER_TRACE
+        assert f"tp={TRACEPARENT}" in output, output
+        job, output = await _run(url, {"traceparent": "00-zz-not-valid"})
+        assert job["trace_id"] is None and "tp=\n" in output + "\n", (job, output)
