@@ -259,3 +259,17 @@ def pg_url(pg_database: str) -> Iterator[str]:
     run_sync(execute(pg_database, f"CREATE SCHEMA {schema}"))
     yield with_database(pg_database, pg_database.rsplit("/", 1)[-1], search_path=schema)
     run_sync(execute(pg_database, f"DROP SCHEMA {schema} CASCADE"))
+
+
+async def fire_times(client: JobDeckClient, schedule_id: int) -> list[float]:
+    """The fire time of every job the schedule made (Unix seconds), paging through the job list."""
+    from datetime import datetime
+
+    out: list[float] = []
+    cursor: Any = None
+    while True:
+        page = await client.list_jobs(schedule_id=schedule_id, limit=1000, cursor=cursor)
+        out += [datetime.fromisoformat(j["fire_time"]).timestamp() for j in page["jobs"] if j["fire_time"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return out

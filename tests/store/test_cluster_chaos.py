@@ -10,12 +10,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from core.client import JobDeckClient
-from tests.conftest import ServerProcess, spawn_agent, spawn_jobdeck, until
+from tests.conftest import ServerProcess, fire_times, spawn_agent, spawn_jobdeck, until
 from tests.services import REDIS_URL, redis_problem
 
 LEASES = {"JOBDECK_LEASE_SECONDS": "2", "JOBDECK_HEARTBEAT_SECONDS": "0.5", "JOBDECK_REAP_INTERVAL_SECONDS": "0.2"}
@@ -71,10 +70,10 @@ async def test_killing_a_node_loses_nothing_and_runs_nothing_twice(
             return by_state if by_state.get("succeeded", 0) >= 5_000 + 1 else None
 
         await until(all_done, 120, "every job to succeed on the surviving node")
-        before = len(await _fire_times(cb, schedule["id"]))
+        before = len(await fire_times(cb, schedule["id"]))
 
         async def two_more_ticks() -> list[float] | None:
-            fired = await _fire_times(cb, schedule["id"])
+            fired = await fire_times(cb, schedule["id"])
             return fired if len(fired) >= before + 2 else None
 
         fired = await until(two_more_ticks, 10, "the survivor alone to fire the schedule twice more")
@@ -118,16 +117,3 @@ async def _agents_on_cluster(ca: JobDeckClient, cb: JobDeckClient, n: int) -> bo
 async def _follow(client: JobDeckClient, since: int, seen: list[int]) -> None:
     async for e in client.events(since=since):
         seen.append(int(e["seq"]))
-
-
-async def _fire_times(client: JobDeckClient, schedule_id: int) -> list[float]:
-    from datetime import datetime
-
-    out: list[float] = []
-    cursor: Any = None
-    while True:
-        page = await client.list_jobs(schedule_id=schedule_id, limit=1000, cursor=cursor)
-        out += [datetime.fromisoformat(j["fire_time"]).timestamp() for j in page["jobs"] if j["fire_time"]]
-        cursor = page["next_cursor"]
-        if cursor is None:
-            return out

@@ -1,0 +1,19 @@
+"""The task the chaos run submits: it notes each run's start and end, with its attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agents.sdk import current_job
+
+
+async def noted_run(path: str, token: int, seconds: float) -> int:
+    """Append `start TOKEN ATTEMPT TIME`, sleep, append `end TOKEN ATTEMPT TIME` to `path`."""
+    attempt = current_job().attempt
+    with open(path, "a") as f:
+        f.write(f"start {token} {attempt} {time.time():.6f}\n")
+    await asyncio.sleep(seconds)
+    with open(path, "a") as f:
+        f.write(f"end {token} {attempt} {time.time():.6f}\n")
+    return token
