@@ -20,6 +20,7 @@ from bench.auth import auth_overhead
 from bench.console_lag import console_lag
 from bench.context import RunContext, Scale
 from bench.flow import drain_with_limits
+from bench.io_drain import io_drain
 from bench.kafka import consumer_lag, relay_throughput
 from bench.latency import due_later, due_now
 from bench.lists import job_lists
@@ -61,6 +62,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         False,
     ),
     "e2e": ("end-to-end no-op throughput with the local agent", (streamed, resumed), True),
+    "io": (
+        "drain of jobs doing one Redis PING each (32 local slots): jobs/s, mean claim and result batch, CPU per "
+        "job, beside the plain-SQL drain floor of the same run",
+        (io_drain,),
+        True,
+    ),
     "flow": (
         "what flow control costs the claim: a no-op backlog drained from a queue without limits vs with each "
         "limit set (too high to hold anything back), in alternating turns; ratios to the same run's baseline",

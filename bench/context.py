@@ -34,6 +34,9 @@ class Scale:
     python_calls: int = 2_000  # sync python calls per measurement of the python benchmark
     python_jobs: int = 2_000  # jobs per run of its end-to-end half
     kafka_events: int = 100_000  # the backlog the Kafka relay drains (its throughput)
+    io_jobs: int = 10_000  # jobs of each run of the io benchmark (one Redis PING each)
+    io_slots: int = 32  # local agent slots in it: `jobdeck up`'s default
+    io_runs: int = 3  # its runs (the spread between them is a figure)
     poll_seconds: float = 0.5  # how often completion is polled
     stall_seconds: float = 30.0  # no progress for this long: the jobs are reported stuck
 
@@ -49,6 +52,8 @@ class Scale:
             batches=2,
             single_seconds=1.0,
             e2e_jobs=5_000,
+            io_jobs=3_000,
+            io_runs=2,
             pickup_seconds=3.0,
             sleepers=2_000,
             sleep_seconds=5.0,

@@ -47,9 +47,9 @@ async def noop_remote(ctx: RunContext) -> list[Figure]:
     """No-op throughput through one remote agent process, then through the local agent (baseline)."""
     slots = ctx.scale.e2e_slots
     async with ctx.remote("agent-noop-remote", slots) as (srv, agent, client):
-        remote, note = await run_resumed(ctx, [srv], [client], agent)
+        remote, note, _ = await run_resumed(ctx, [srv], [client], agent)
     async with ctx.server("agent-noop-local", slots) as (srv, client):
-        local, local_note = await run_resumed(ctx, [srv], [client])
+        local, local_note, _ = await run_resumed(ctx, [srv], [client])
     return [
         Figure(NOOP, "1 agent process, resume -> all succeeded", remote, "jobs/s", AGENT_NOOP_FLOOR, note),
         Figure(NOOP, "local agent of `jobdeck up` (baseline)", local, "jobs/s", None, local_note),

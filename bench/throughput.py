@@ -18,7 +18,8 @@ from typing import Any
 
 from bench.context import RunContext
 from bench.report import Figure
-from bench.server import CpuMeter, Process, Server
+from bench.server import CpuMeter, CpuUsage, Process, Server
+from core.client import Json
 from bench.workload import (
     BenchClient,
     last_event_time,
@@ -43,7 +44,7 @@ async def streamed(ctx: RunContext) -> list[Figure]:
         async def submit() -> None:
             submitted.append((await submit_spread(nodes.clients, jobs, s.batch_size))[0])
 
-        rate, note = await _run_until_succeeded(ctx, nodes.servers, nodes.client, submit)
+        rate, note, _ = await _run_until_succeeded(ctx, nodes.servers, nodes.client, submit)
     note = f"{s.e2e_jobs:,} jobs, all submitted after {sum(submitted):.1f} s; {note}"
     return [Figure(NAME, "submit -> all succeeded", rate, "jobs/s", ctx.backend.floors.e2e, note)]
 
@@ -51,23 +52,30 @@ async def streamed(ctx: RunContext) -> list[Figure]:
 async def resumed(ctx: RunContext) -> list[Figure]:
     """Store every job in a paused queue, then resume it; the clock runs from the resume."""
     async with ctx.nodes("e2e-resumed", ctx.scale.e2e_slots) as nodes:
-        rate, note = await run_resumed(ctx, nodes.servers, nodes.clients)
+        rate, note, _ = await run_resumed(ctx, nodes.servers, nodes.clients)
     return [Figure(NAME, "pre-submitted, resume -> all succeeded", rate, "jobs/s", ctx.backend.floors.e2e, note)]
 
 
 async def run_resumed(
-    ctx: RunContext, servers: Sequence[Server], clients: Sequence[BenchClient], agent: Process | None = None
-) -> tuple[float, str]:
+    ctx: RunContext,
+    servers: Sequence[Server],
+    clients: Sequence[BenchClient],
+    agent: Process | None = None,
+    job: Json | None = None,
+    queue: str = QUEUE,
+) -> tuple[float, str, CpuUsage]:
     """The resumed run on nodes that are up (the jobs submitted through each of `clients` in
     turn): (jobs/s, a note). `agent`: the remote agent process that runs the jobs, if not the
-    nodes' local agents (its CPU goes in the note)."""
+    nodes' local agents (its CPU goes in the note). `job`: the spec of each job (a no-op's
+    by default) in `queue`. Also the CPU of the drain (the clock's interval)."""
     s = ctx.scale
     client = clients[0]
-    await open_paused_queue(client, QUEUE)
-    await submit_spread(clients, [noop_job(QUEUE)] * s.e2e_jobs, s.batch_size)
-    await wait_for_state(client, QUEUE, "queued", s.e2e_jobs, poll=s.poll_seconds, stall=s.stall_seconds)
-    rate, note = await _run_until_succeeded(ctx, servers, client, lambda: client.queue_action(QUEUE, "resume"), agent)
-    return rate, f"{s.e2e_jobs:,} jobs, {note}"
+    await open_paused_queue(client, queue)
+    await submit_spread(clients, [job or noop_job(queue)] * s.e2e_jobs, s.batch_size)
+    await wait_for_state(client, queue, "queued", s.e2e_jobs, poll=s.poll_seconds, stall=s.stall_seconds)
+    resume = lambda: client.queue_action(queue, "resume")  # noqa: E731
+    rate, note, cpu = await _run_until_succeeded(ctx, servers, client, resume, agent, queue)
+    return rate, f"{s.e2e_jobs:,} jobs, {note}", cpu
 
 
 async def _run_until_succeeded(
@@ -76,19 +84,20 @@ async def _run_until_succeeded(
     client: BenchClient,
     start: Callable[[], Coroutine[Any, Any, Any]],
     agent: Process | None = None,
-) -> tuple[float, str]:
-    """Start the clock, run `start` while polling, stop at the last success; (jobs/s, a note)."""
+    queue: str = QUEUE,
+) -> tuple[float, str, CpuUsage]:
+    """Start the clock, run `start` while polling, stop at the last success; (jobs/s, a note, the CPU)."""
     s = ctx.scale
     meter = CpuMeter(servers, agent)
     t0 = time.time()
     async with asyncio.TaskGroup() as tg:  # if either fails, the other is cancelled
         tg.create_task(start())
-        tg.create_task(wait_for_state(client, QUEUE, "succeeded", s.e2e_jobs, poll=s.poll_seconds,
+        tg.create_task(wait_for_state(client, queue, "succeeded", s.e2e_jobs, poll=s.poll_seconds,
                                       stall=s.stall_seconds))  # fmt: skip
     seen = time.time()
     usage = meter.stop()
-    end = await last_event_time(client, QUEUE, "job.succeeded") or seen
+    end = await last_event_time(client, queue, "job.succeeded") or seen
     seconds = end - t0
     cpu = dataclasses.replace(usage, wall=seconds)  # the CPU after the last success is the poll's, ~0
     ctx.progress(f"{s.e2e_jobs:,} jobs succeeded in {seconds:.1f} s ({s.e2e_jobs / seconds:,.0f} jobs/s)")
-    return s.e2e_jobs / seconds, f"{seconds:.1f} s, {s.e2e_slots} slots per node; {cpu.note()}"
+    return s.e2e_jobs / seconds, f"{seconds:.1f} s, {s.e2e_slots} slots per node; {cpu.note()}", cpu

@@ -88,6 +88,8 @@ class AgentSession:
                 self.last_heartbeat = time.time()  # any message shows the agent is alive
                 kind = msg.get("type")
                 if kind == "result":
+                    self.hub.engine.result_batches += 1
+                    self.hub.engine.results += len(msg["results"])
                     await self.hub.finish_attempts(self, msg["results"])
                 elif kind == "heartbeat":
                     self.last_heartbeat = time.time()

@@ -90,6 +90,10 @@ class Engine:
         self.started_at = self.clock()
         self.hub = AgentHub(self)
         self.metrics.watch_agents(self.hub)
+        self.claims = 0  # claim transactions of this node that took jobs, and the jobs they took
+        self.jobs_claimed = 0
+        self.result_batches = 0  # result transactions of this node's agents, and the results in them
+        self.results = 0
 
     # ------------------------------------------------------------ life
 
@@ -228,6 +232,11 @@ class Engine:
         job = await self._change_one(job_id, self._now_decision(decide_priority, priority))
         self._wake_dispatch.set()
         return job
+
+    def dispatch_counts(self) -> dict[str, int]:
+        """Claims and result batches of this node since it started (GET /v1/stats `dispatch`)."""
+        return {"claims": self.claims, "jobs_claimed": self.jobs_claimed,
+                "result_batches": self.result_batches, "results": self.results}  # fmt: skip
 
     # ------------------------------------------------------------ queues
 
@@ -371,6 +380,8 @@ class Engine:
             self.metrics.claimed(jobs, now)
             self.tracing.claimed(jobs, now, s.name)
             assigned = True
+            self.claims += 1
+            self.jobs_claimed += len(jobs)
             for j in jobs:
                 if j.queue in caps:
                     caps[j.queue] -= 1

@@ -304,6 +304,16 @@ class LastMinute(_Out):
     cancelled: int
 
 
+class Dispatch(_Out):
+    """This node's claims and result batches since it started: jobs_claimed / claims is the mean
+    claim batch, results / result_batches the mean result batch (each batch one transaction)."""
+
+    claims: int
+    jobs_claimed: int
+    result_batches: int
+    results: int
+
+
 class Stats(_Out):
     """Counts by state and queue; finished jobs per second over the last minute."""
 
@@ -312,6 +322,7 @@ class Stats(_Out):
     last_minute: LastMinute
     jobs_per_second: float
     relays: dict[str, dict[str, Any]] = Field(description="each outbox relay (kafka ...): how far behind it is")
+    dispatch: Dispatch = Field(description="this node's claims and result batches since it started")
 
 
 class StatsHistory(_Out):

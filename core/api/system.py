@@ -60,6 +60,7 @@ async def stats_history(
 async def stats(engine: EngineDep, request: Request) -> JSON:
     out = await engine.store.stats(engine.clock())
     out["relays"] = await relay_lag(engine.store, engine.clock())  # {"kafka": {"behind_events", ...}}
+    out["dispatch"] = engine.dispatch_counts()
     p = principal_of(request)
     if not p.sees_everything:  # counts of the caller's queues only (throughput stays the node's)
         out["by_queue"] = {q: n for q, n in out["by_queue"].items() if p.sees(q)}
