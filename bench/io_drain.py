@@ -41,8 +41,9 @@ async def io_drain(ctx: RunContext) -> list[Figure]:
     notes: list[str] = []
     for i in range(s.io_runs):
         async with run_ctx.nodes(f"io-drain-{i + 1}", s.io_slots) as nodes:
-            rate, note, cpu = await run_resumed(run_ctx, nodes.servers, nodes.clients, job=ping_job(ctx.backend.redis_url),
-                                                queue=QUEUE)  # fmt: skip
+            rate, note, cpu = await run_resumed(
+                run_ctx, nodes.servers, nodes.clients, job=ping_job(ctx.backend.redis_url), queue=QUEUE
+            )
             for c in nodes.clients:
                 d = (await c.stats())["dispatch"]
                 claims, claimed = claims + d["claims"], claimed + d["jobs_claimed"]
@@ -55,21 +56,43 @@ async def io_drain(ctx: RunContext) -> list[Figure]:
     median = statistics.median(rates)
     runs = ", ".join(f"{r:,.0f}" for r in rates)
     figures = [
-        Figure(NAME, f"jobs/s, median of {s.io_runs} runs", median, "jobs/s", IO_FLOORS[ctx.backend.kind],
-               f"runs: {runs}; {s.io_jobs:,} jobs each, {s.io_slots} slots; last run: {notes[-1]}"),  # fmt: skip
+        Figure(
+            NAME,
+            f"jobs/s, median of {s.io_runs} runs",
+            median,
+            "jobs/s",
+            IO_FLOORS[ctx.backend.kind],
+            f"runs: {runs}; {s.io_jobs:,} jobs each, {s.io_slots} slots; last run: {notes[-1]}",
+        ),
         Figure(NAME, "slowest run / median", min(rates) / median, "ratio", SPREAD_FLOOR, runs),
-        Figure(NAME, "mean claim batch", claimed / max(claims, 1), "jobs", CLAIM_BATCH_FLOOR,
-               f"{claimed:,} jobs in {claims:,} claim transactions"),  # fmt: skip
-        Figure(NAME, "mean result batch", results / max(batches, 1), "jobs",
-               note=f"{results:,} results in {batches:,} result transactions"),  # fmt: skip
+        Figure(
+            NAME,
+            "mean claim batch",
+            claimed / max(claims, 1),
+            "jobs",
+            CLAIM_BATCH_FLOOR,
+            f"{claimed:,} jobs in {claims:,} claim transactions",
+        ),
+        Figure(
+            NAME,
+            "mean result batch",
+            results / max(batches, 1),
+            "jobs",
+            note=f"{results:,} results in {batches:,} result transactions",
+        ),
         Figure(NAME, "claim transactions per job", claims / max(claimed, 1), "ratio"),
         Figure(NAME, "server CPU per job", 1000 * cpu_seconds / jobs, "ms", note="event loop + threads, drain only"),
     ]
     if ctx.backend.kind == "sqlite":
         floor = sqlite_drain_floor(ctx.servers.tmp_root, s.io_jobs, s.io_slots)
         figures += [
-            Figure(NAME, f"plain-SQL drain floor, {s.io_slots} a transaction", floor, "jobs/s",
-                   note="bench/claim_floor.py: claim + complete, WAL + synchronous=FULL, same disk, same run"),  # fmt: skip
+            Figure(
+                NAME,
+                f"plain-SQL drain floor, {s.io_slots} a transaction",
+                floor,
+                "jobs/s",
+                note="bench/claim_floor.py: claim + complete, WAL + synchronous=FULL, same disk, same run",
+            ),
             Figure(NAME, "median / plain-SQL floor", median / floor, "ratio"),
         ]
     return figures

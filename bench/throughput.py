@@ -19,7 +19,6 @@ from typing import Any
 from bench.context import RunContext
 from bench.report import Figure
 from bench.server import CpuMeter, CpuUsage, Process, Server
-from core.client import Json
 from bench.workload import (
     BenchClient,
     last_event_time,
@@ -28,6 +27,7 @@ from bench.workload import (
     submit_spread,
     wait_for_state,
 )
+from core.client import Json
 
 QUEUE = "e2e"
 NAME = "e2e no-op"

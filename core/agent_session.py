@@ -46,13 +46,23 @@ class AgentSession:
         self.slots = int(hello.get("slots", 1))
         self.labels: dict[str, str] = dict(hello.get("labels") or {})
         self.running: dict[int, int] = {}  # job id -> attempt
+        # Runs whose result arrived and is being recorded: their slots count as free already, so
+        # the dispatcher claims for them while the results commit (often in the same transaction).
+        self.finishing: dict[int, int] = {}
+        self._results: list[Message] = []  # results received, waiting for the recorder
+        self._recorder: asyncio.Task[None] | None = None
         self.connected_at = time.time()
         self.last_heartbeat = self.connected_at
         self.draining = False
 
     @property
+    def busy(self) -> int:
+        """Slots whose run is still going (not counting runs whose result is being recorded)."""
+        return len(self.running) - len(self.finishing.keys() & self.running.keys())
+
+    @property
     def free(self) -> int:
-        return 0 if self.draining else max(0, self.slots - len(self.running))
+        return 0 if self.draining else max(0, self.slots - self.busy)
 
     def to_dict(self) -> dict[str, Any]:
         """The public view of an agent (the API's JSON)."""
@@ -88,9 +98,7 @@ class AgentSession:
                 self.last_heartbeat = time.time()  # any message shows the agent is alive
                 kind = msg.get("type")
                 if kind == "result":
-                    self.hub.engine.result_batches += 1
-                    self.hub.engine.results += len(msg["results"])
-                    await self.hub.finish_attempts(self, msg["results"])
+                    self.take_results(msg["results"])
                 elif kind == "heartbeat":
                     self.last_heartbeat = time.time()
                     await self.hub.heartbeat(
@@ -108,3 +116,31 @@ class AgentSession:
                     log.warning("agent %s sent an unknown message type %r", self.name, kind)
         except (ChannelClosed, asyncio.CancelledError, ConnectionError):
             pass
+
+    def take_results(self, results: list[Message]) -> None:
+        """Queue an agent's results for the recorder. The serve loop goes on reading meanwhile, so
+        the results that arrive while one batch commits are recorded together in the next: one
+        transaction per batch, not one per message (the agent sends each run's result as it ends)."""
+        for r in results:
+            job_id, attempt = int(r["job_id"]), int(r["attempt"])
+            if self.running.get(job_id) == attempt:
+                self.finishing[job_id] = attempt
+        self._results += results
+        if self._recorder is None or self._recorder.done():
+            self._recorder = asyncio.create_task(self._record(), name=f"jobdeck-results-{self.name}")
+        self.hub.engine.wake()  # their slots are free for the next claim
+
+    async def _record(self) -> None:
+        while self._results:
+            batch, self._results = self._results, []
+            self.hub.engine.result_batches += 1
+            self.hub.engine.results += len(batch)
+            try:
+                await self.hub.finish_attempts(self, batch)
+            except Exception:
+                log.exception("could not record %d results from agent %s", len(batch), self.name)
+            finally:
+                for r in batch:
+                    job_id = int(r["job_id"])
+                    if self.finishing.get(job_id) == int(r["attempt"]):
+                        del self.finishing[job_id]

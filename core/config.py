@@ -38,6 +38,9 @@ class Settings:
     # Scheduling policy
     aging_seconds_per_priority: float = 60.0
     claim_batch: int = 512
+    # While every agent is busy and has under half a claim free, freed slots add up this long
+    # before a claim (core/engine.py _gather_free_slots); 0: claim at every freed slot
+    claim_coalesce_ms: float = 2.0
     reap_interval_seconds: float = 1.0
     # Events
     event_retention_hours: float = 24.0

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from core.agent_hub import AgentHub
+from core.agent_session import AgentSession
 from core.bus import Bus
 from core.config import Settings
 from core.errors import Conflict, JobDeckError
@@ -353,8 +354,31 @@ class Engine:
                 timeout = min(SAFETY_POLL, max(0.0, self._next_room_at - self.clock()))
                 self._next_room_at = None
             await self._wait(self._wake_dispatch, timeout)
-            while await self._dispatch_round():
-                pass
+            while True:
+                await self._gather_free_slots()
+                if not await self._dispatch_round():
+                    break
+
+    async def _gather_free_slots(self) -> None:
+        """Let freed slots add up for a moment before claiming, but only while every agent with
+        room is still busy and has less than half a claim free: runs that end a few at a time
+        then share one claim transaction instead of each taking its own (the claim batch stays
+        full whatever the jobs do), while an idle agent's first job is claimed at once."""
+        window = self.settings.claim_coalesce_ms / 1000.0
+        if window <= 0:
+            return
+        deadline = time.monotonic() + window
+        while True:
+            ready = [s for s in self.hub.sessions.values() if s.free > 0]
+            if not ready or any(s.busy == 0 or s.free >= self._claim_target(s) for s in ready):
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await self._wait(self._wake_dispatch, left)
+
+    def _claim_target(self, s: AgentSession) -> int:
+        return max(1, min(s.slots, self.settings.claim_batch) // 2)
 
     async def _dispatch_round(self) -> bool:
         """Offer queued jobs to every agent with free slots once; True if any job was assigned."""
