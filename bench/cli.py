@@ -24,6 +24,7 @@ from bench.io_drain import io_drain
 from bench.kafka import consumer_lag, relay_throughput
 from bench.latency import due_later, due_now
 from bench.lists import job_lists
+from bench.notify import delivery_latency, hook_submits
 from bench.observability import observability_cost, retention_cost
 from bench.python_tasks import calls as python_calls
 from bench.python_tasks import jobs as python_jobs
@@ -107,6 +108,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "what metrics and tracing cost (drain rate, pick-up p99, each on vs both off, alternating turns); "
         "retention: purge rate and pick-up p99 during a purge vs without",
         (observability_cost, retention_cost),
+        False,
+    ),
+    "notify": (
+        "notifications: commit -> webhook receiver at 100 events/s to 10 channels (beside direct POSTs, and with an "
+        "11th receiver that hangs); incoming hook submits beside POST /v1/jobs",
+        (delivery_latency, hook_submits),
         False,
     ),
     "web": (

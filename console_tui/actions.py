@@ -76,6 +76,8 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("next_page", "right_square_bracket", "Next page", ("jobs", "dead"), show=False, help="key ]"),
     ActionSpec("prev_page", "left_square_bracket", "Previous page", ("jobs", "dead"), show=False, help="key ["),
     ActionSpec("open", "enter", "Details", ("jobs", "dead"), help="the job's spec, attempts, output, events"),
+    ActionSpec("replay", "r", "Replay", ("alerts",), "notifications.manage", help="send the notification again"),
+    ActionSpec("send_test", "t", "Send test", ("alerts",), "notifications.manage", help="a test to its channel"),
 )
 BY_NAME = {a.name: a for a in ACTIONS}
 # Which permission an action needs depends on what it acts on.

@@ -69,6 +69,7 @@ class ConsoleApp(App[int]):
         self.ready = asyncio.Event()
         self._reload_wanted: set[View] = set()
         self.on_batch: Callable[[list[dict[str, Any]]], None] | None = None  # the benchmark listens here
+        self.alert: tuple[float, dict[str, Any]] | None = None  # the latest notify.alert: (when seen, event)
 
     # -- start, stop
 
@@ -123,6 +124,8 @@ class ConsoleApp(App[int]):
         if events:
             for e in events:
                 self.throughput.add(str(e.get("type")), e.get("queue"), epoch(e.get("ts")))
+                if e.get("type") == "notify.alert":
+                    self.alert = (self.fmt.clock(), e)
             if main is not None:
                 for view in main.views:
                     view.apply_events(events)

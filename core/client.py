@@ -349,6 +349,51 @@ class JobDeckClient:
         """The output tail of a job's latest attempt (live while it runs)."""
         return await self._call("GET", f"/v1/jobs/{job_id}/output")  # type: ignore[no-any-return]
 
+    # -- notifications (admins; docs/notifications.md)
+
+    async def channels(self) -> list[Json]:
+        """Notification channels (webhook, email), without their secrets."""
+        return (await self._call("GET", "/v1/notifications/channels"))["channels"]  # type: ignore[no-any-return]
+
+    async def create_channel(self, spec: Json) -> Json:
+        """A new channel; the answer shows a signing secret JobDeck made this once."""
+        return await self._call("POST", "/v1/notifications/channels", json=spec)  # type: ignore[no-any-return]
+
+    async def update_channel(self, channel_id: int, changes: Json) -> Json:
+        """Change a channel (`{"enabled": true}` turns a disabled one on again)."""
+        return await self._call("PATCH", f"/v1/notifications/channels/{channel_id}", json=changes)  # type: ignore[no-any-return]
+
+    async def send_notification(self, channel_id: int, title: str | None = None, text: str | None = None) -> Json:
+        """A one-off notification to a channel (to try it); the delivery, pending."""
+        body = {"channel_id": channel_id, **({"title": title} if title else {}), **({"text": text} if text else {})}
+        return await self._call("POST", "/v1/notifications", json=body)  # type: ignore[no-any-return]
+
+    async def notifications(self, channel_id: int | None = None, limit: int = 100) -> list[Json]:
+        """Deliveries, newest first."""
+        params = {"limit": limit, **({"channel_id": channel_id} if channel_id else {})}
+        return (await self._call("GET", "/v1/notifications", params=params))["notifications"]  # type: ignore[no-any-return]
+
+    async def notification(self, notification_id: int) -> Json:
+        """One delivery with every attempt (`log`)."""
+        return await self._call("GET", f"/v1/notifications/{notification_id}")  # type: ignore[no-any-return]
+
+    async def replay_notification(self, notification_id: int) -> Json:
+        """Send a finished delivery again."""
+        return await self._call("POST", f"/v1/notifications/{notification_id}/replay")  # type: ignore[no-any-return]
+
+    async def delivery_log(self, channel_id: int, limit: int = 100) -> list[Json]:
+        """A channel's attempts, newest first."""
+        got = await self._call("GET", f"/v1/notifications/channels/{channel_id}/log", params={"limit": limit})
+        return got["attempts"]  # type: ignore[no-any-return]
+
+    async def alert_rules(self) -> list[Json]:
+        """Alert rules."""
+        return (await self._call("GET", "/v1/notifications/rules"))["rules"]  # type: ignore[no-any-return]
+
+    async def create_alert_rule(self, spec: Json) -> Json:
+        """A new alert rule."""
+        return await self._call("POST", "/v1/notifications/rules", json=spec)  # type: ignore[no-any-return]
+
     async def enqueue(self, task: Enqueueable[P], *args: P.args, **kwargs: P.kwargs) -> Json:
         """Submit a task declared with `agents.sdk.task`, checked against its signature."""
         return await self.submit(task.spec(*args, **kwargs))

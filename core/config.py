@@ -95,6 +95,7 @@ class Settings:
     kafka_submit_idempotency: str = "offset"  # offset: one job per topic/partition/offset; key: per message key
     kafka_options: dict[str, Any] = field(default_factory=dict)  # aiokafka options: security_protocol, sasl_*...
     relay_lease_seconds: float = 5.0  # a dead relaying node's lease lapses after this; another node takes over
+    notify_send: bool = True  # this node sends notifications (off: it writes them; nodes with it on send them)
 
     @property
     def sqlite_path(self) -> Path:
@@ -160,8 +161,16 @@ def masked_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
 def _coerce(name: str, kind: Any, raw: Any) -> Any:
     try:
+        if kind in (bool, "bool"):
+            word = str(raw).strip().lower()
+            if isinstance(raw, bool) or word in _BOOLS:
+                return raw if isinstance(raw, bool) else _BOOLS[word]
+            raise ValueError(raw)
         if kind in (int, "int"):
             return int(raw)
         if kind in (float, "float"):

@@ -115,6 +115,9 @@ class Node:
         self.app = create_app(self.engine)
         self.app.state.archive = self.retention.archive
         self.relays: list[Relay] = []
+        # Notifications ride on the same outbox relay as Kafka: a "notify" cursor and lease of their own.
+        self.notifier = self.app.state.notifier
+        self.relays.append(Relay(self.store, self.bus, self.notifier.sink, lease_seconds=settings.relay_lease_seconds))
         self.kafka_submissions: KafkaSubmissions | None = None
         if settings.kafka_bootstrap:
             from core.relay.kafka import KafkaSink
@@ -135,6 +138,8 @@ class Node:
             await self.bus.start(self.store)
         await self.engine.start()
         self.retention.start()
+        if self.settings.notify_send:
+            self.notifier.start()
         for relay in self.relays:
             relay.start()
         if self.kafka_submissions is not None:
@@ -242,6 +247,7 @@ class Node:
             for relay in self.relays:
                 await relay.stop()
             await self.retention.stop()
+            await self.notifier.stop()
             await self.engine.stop()
             await self.app.state.rate_limits.close()
             if isinstance(self.bus, RedisBus):

@@ -12,6 +12,7 @@ from web_ui.pages.fleet import AgentsState, QueuesState, agents_page, queues_pag
 from web_ui.pages.job_detail import ROUTE as JOB_ROUTE
 from web_ui.pages.job_detail import JobDetailState, job_detail_page
 from web_ui.pages.jobs import JobsState, jobs_page
+from web_ui.pages.notifications import NotificationsState, notifications_page
 from web_ui.pages.overview import OverviewState, overview_page
 from web_ui.pages.records import AuditState, DeadState, audit_page, dead_page
 from web_ui.pages.schedules import SchedulesState, schedules_page
@@ -40,6 +41,7 @@ PAGES = (
     (schedules_page, "/schedules", "Schedules", SchedulesState),
     (dead_page, "/dead", "Dead letters", DeadState),
     (audit_page, "/audit", "Audit log", AuditState),
+    (notifications_page, "/notifications", "Notifications", NotificationsState),
 )
 for page, route, title, state in PAGES:
     app.add_page(page, route=route, title=f"{title} · JobDeck", on_load=[AppState.on_page_load, state.load])

@@ -26,6 +26,7 @@ HISTORY_MINUTES = 30
 BACKFILL_EVENTS = 20_000  # events replayed at start so the charts have a history at once
 SAMPLE_SECONDS = 2.0  # how often queue depths and counters are sampled
 CHANGES_KEPT = 5_000
+ALERT_SHOWN_FOR = 900.0  # seconds the banner shows the latest alert (a newer one or a resolve replaces it)
 
 
 @dataclass(slots=True)
@@ -81,6 +82,7 @@ class Hub:
         self._cond = asyncio.Condition()
         self._stats_dirty = True
         self.app: Any = None  # the rx.App, to know which browser sessions are still connected
+        self.alert: tuple[float, str, str] | None = None  # the latest notify.alert: (time, title, kind)
 
     # -- what the sessions' live loops use
 
@@ -98,6 +100,15 @@ class Hub:
         if self.changes and self.changes[0].version > version + 1:
             return None
         return [c for c in self.changes if c.version > version]
+
+    def alert_now(self) -> tuple[str, str]:
+        """The banner: the latest alert's title and kind while it is recent ("" when there is none)."""
+        if self.alert is None or time.time() - self.alert[0] > ALERT_SHOWN_FOR:
+            return "", ""
+        return self.alert[1], self.alert[2]
+
+    def dismiss_alert(self) -> None:
+        self.alert = None
 
     def session_connected(self, token: str) -> bool:
         """Whether a browser tab (Reflex client token) still has its socket."""
@@ -122,6 +133,9 @@ class Hub:
         if etype == "job.running" and job.get("attempt") == 1 and job.get("run_at"):
             bucket = self.minutes.setdefault(minute, Minute())
             bucket.latencies.append(max(0.0, ts - _ts(job["run_at"])))
+        if etype == "notify.alert" and live:
+            data = event.get("data") or {}
+            self.alert = (time.time(), str(data.get("title") or ""), str(data.get("kind") or "alert"))
         if live:
             self.changes.append(Change(self.version + 1, etype, event.get("job_id"), event.get("queue")))
             if etype.startswith(("job.", "queue.")):

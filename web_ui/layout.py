@@ -14,6 +14,7 @@ NAV = (
     ("Schedules", "/schedules", "calendar-clock"),
     ("Dead letters", "/dead", "skull"),
     ("Audit log", "/audit", "scroll-text"),
+    ("Notifications", "/notifications", "bell"),
 )
 
 
@@ -33,6 +34,8 @@ def _nav_link(label: str, href: str, icon: str) -> rx.Component:
     )
     if href == "/audit":
         return rx.cond(AppState.can_read_audit, link, rx.fragment())
+    if href == "/notifications":
+        return rx.cond(AppState.can_manage_notifications, link, rx.fragment())
     return link
 
 
@@ -178,6 +181,24 @@ def layout(title: str | rx.Var[str], *content: rx.Component) -> rx.Component:
                         id="core-down",
                         role="alert",
                     ),
+                ),
+                rx.cond(
+                    AppState.alert_title != "",
+                    rx.callout(
+                        rx.hstack(
+                            rx.text(AppState.alert_title, id="alert-title", weight="bold"),
+                            rx.spacer(),
+                            rx.button("Dismiss", size="1", variant="ghost", on_click=AppState.dismiss_alert),
+                            width="100%",
+                            align="center",
+                        ),
+                        icon=rx.cond(AppState.alert_kind == "resolved", "circle-check", "bell-ring"),
+                        color_scheme=rx.cond(AppState.alert_kind == "resolved", "green", "red"),
+                        width="100%",
+                        id="alert-banner",
+                        role="alert",
+                    ),
+                    rx.fragment(),
                 ),
                 rx.cond(
                     AppState.signin_error != "",

@@ -27,6 +27,7 @@ ACTIONS = {
     "queues.configure": "configure queues",
     "agents.drain": "drain agents",
     "audit.read": "read the audit log",
+    "notifications.manage": "manage notifications",
 }
 
 # Live loops running in this backend, by client token: one per tab however often it navigates.
@@ -51,6 +52,8 @@ class AppState(rx.State):
     core_error: str = ""
     last_seq: int = 0
     live_version: int = 0
+    alert_title: str = ""  # the latest alert on the live feed (the banner); "" for none
+    alert_kind: str = ""
 
     # -- helpers for the page states (plain methods, not events)
 
@@ -106,6 +109,14 @@ class AppState(rx.State):
     @rx.var
     def can_read_audit(self) -> bool:
         return not self.signed_out and "audit.read" in self.allowed
+
+    @rx.var
+    def can_manage_notifications(self) -> bool:
+        return not self.signed_out and "notifications.manage" in self.allowed
+
+    def dismiss_alert(self) -> None:
+        HUB.dismiss_alert()
+        self.alert_title, self.alert_kind = "", ""
 
     @rx.var
     def write_reason(self) -> str:
@@ -219,6 +230,7 @@ class AppState(rx.State):
                     self.core_error = "" if HUB.connected else (HUB.error or "the core does not answer")
                     self.last_seq = HUB.last_seq
                     self.live_version = version
+                    self.alert_title, self.alert_kind = HUB.alert_now()
                     try:
                         if self.core_ok and not was_ok:
                             await self.load_me()

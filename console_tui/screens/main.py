@@ -10,6 +10,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer
 
 from console_tui.screens.agents import AgentsView
+from console_tui.screens.alerts import AlertsView
 from console_tui.screens.base import View
 from console_tui.screens.events import EventsView
 from console_tui.screens.jobs import DeadView, JobsView
@@ -34,6 +35,7 @@ class MainScreen(Screen[None]):
             yield SchedulesView()
             yield DeadView()
             yield EventsView()
+            yield AlertsView()
         yield Footer()
 
     @property

@@ -19,7 +19,9 @@ CONNECTION_STYLES = {
     "signed-out": ("✗", "bold red"),
 }
 VIEWS = (("1", "jobs", "Jobs"), ("2", "queues", "Queues"), ("3", "agents", "Agents"),
-         ("4", "schedules", "Schedules"), ("5", "dead", "Dead letters"), ("6", "events", "Events"))  # fmt: skip
+         ("4", "schedules", "Schedules"), ("5", "dead", "Dead letters"), ("6", "events", "Events"),
+         ("7", "alerts", "Alerts"))  # fmt: skip
+ALERT_SHOWN_FOR = 900.0  # seconds the header keeps the latest alert (a resolve notice replaces it)
 
 
 class ConsoleHeader(Static):
@@ -59,6 +61,11 @@ class ConsoleHeader(Static):
         middle = Text.assemble((f"{mark} {conn.state}", style))
         if conn.state != "live" and conn.detail:
             middle.append(f"  {conn.detail}", style="dim")
+        alert = app.alert
+        if alert is not None and app.fmt.clock() - alert[0] < ALERT_SHOWN_FOR:
+            data = alert[1].get("data") or {}
+            ok = data.get("kind") == "resolved"
+            middle.append(f"  {'✓' if ok else '⚠'} {data.get('title')}", style="green" if ok else "bold red")
         seq = "··" if app.fmt.masked else str(conn.last_seq)
         right = Text.assemble((app.identity.label, "bold cyan"), (f" │ seq {seq} ", "dim"))
         grid = Table.grid(expand=True)

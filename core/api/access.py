@@ -97,8 +97,32 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/archive"): Rule("archive.read"),
     ("GET", "/v1/archive/jobs/{job_id}"): Rule("archive.read"),
     ("POST", "/v1/archive/restore"): Rule("archive.restore"),
+    # notifications: admin only (channels hold URLs and credentials; secrets are never shown)
+    ("GET", "/v1/notifications/channels"): Rule("notifications.manage"),
+    ("POST", "/v1/notifications/channels"): Rule("notifications.manage"),
+    ("GET", "/v1/notifications/channels/{channel_id}"): Rule("notifications.manage", "channel_id"),
+    ("PATCH", "/v1/notifications/channels/{channel_id}"): Rule("notifications.manage", "channel_id"),
+    ("DELETE", "/v1/notifications/channels/{channel_id}"): Rule("notifications.manage", "channel_id"),
+    ("GET", "/v1/notifications/channels/{channel_id}/log"): Rule("notifications.manage", "channel_id"),
+    ("POST", "/v1/notifications"): Rule("notifications.manage"),
+    ("GET", "/v1/notifications"): Rule("notifications.manage"),
+    ("GET", "/v1/notifications/{notification_id}"): Rule("notifications.manage", "notification_id"),
+    ("POST", "/v1/notifications/{notification_id}/replay"): Rule("notifications.manage", "notification_id"),
+    ("GET", "/v1/notifications/rules"): Rule("notifications.manage"),
+    ("POST", "/v1/notifications/rules"): Rule("notifications.manage"),
+    ("GET", "/v1/notifications/rules/{rule_id}"): Rule("notifications.manage", "rule_id"),
+    ("PATCH", "/v1/notifications/rules/{rule_id}"): Rule("notifications.manage", "rule_id"),
+    ("DELETE", "/v1/notifications/rules/{rule_id}"): Rule("notifications.manage", "rule_id"),
+    ("GET", "/v1/notifications/hooks"): Rule("notifications.manage"),
+    ("POST", "/v1/notifications/hooks"): Rule("notifications.manage"),
+    ("GET", "/v1/notifications/hooks/{hook_id}"): Rule("notifications.manage", "hook_id"),
+    ("PATCH", "/v1/notifications/hooks/{hook_id}"): Rule("notifications.manage", "hook_id"),
+    ("DELETE", "/v1/notifications/hooks/{hook_id}"): Rule("notifications.manage", "hook_id"),
+    # an incoming hook proves itself with its own secret (signature or bearer token): core/api/hooks.py
+    ("POST", "/v1/hooks/{name}"): Rule(PUBLIC),
 }
-TARGET_KIND = {"job_id": "job", "schedule_id": "schedule", "name": None}
+TARGET_KIND = {"job_id": "job", "schedule_id": "schedule", "name": None, "channel_id": "channel",
+               "rule_id": "alert_rule", "notification_id": "notification", "hook_id": "hook"}  # fmt: skip
 
 
 def actor_of(p: Principal, conn: HTTPConnection) -> audit.Actor:

@@ -64,6 +64,24 @@ def _json_kind(value: Any) -> str:
     return kinds.get(type(value), type(value).__name__)
 
 
+def _without_tags(loc: tuple[Any, ...], body: Any) -> tuple[Any, ...]:
+    """pydantic puts the tag of a union chosen by `kind` in the path ("body", "webhook", "url"): the
+    field a user wrote is "url", so the tag is left out."""
+    if not loc or loc[0] != "body":
+        return loc
+    out: list[Any] = [loc[0]]
+    node = body
+    for part in loc[1:]:
+        if isinstance(node, dict) and node.get("kind") == part and part not in node:
+            continue
+        out.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        else:
+            node = node[part] if isinstance(node, list) and isinstance(part, int) and part < len(node) else None
+    return tuple(out)
+
+
 def validation_error(exc: RequestValidationError) -> JobDeckError:
     """Turn pydantic's first complaint into one clear message naming the field (and batch index)."""
     errors = exc.errors()
@@ -71,6 +89,9 @@ def validation_error(exc: RequestValidationError) -> JobDeckError:
     loc = tuple(first.get("loc", ()))
     if first.get("type") == "json_invalid":
         return InvalidInput(f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(": "))
+    if first.get("type") in ("union_tag_invalid", "union_tag_not_found"):  # a body of several kinds (`kind`)
+        loc = (*loc, str(first.get("ctx", {}).get("discriminator", "")).strip("'"))
+    loc = _without_tags(loc, getattr(exc, "body", None))
     field = _field_path(loc)
     msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
     if first.get("type") == "missing":
@@ -219,7 +240,9 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         docs,
         events,
         health,
+        hooks,
         jobs,
+        notifications,
         observe,
         openapi,
         queues,
@@ -227,6 +250,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         system,
     )
     from core.auth.authenticate import Authenticator
+    from core.notify import Notifier
 
     settings = engine.settings
     app = FastAPI(
@@ -240,6 +264,11 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
     )
     app.state.engine = engine
     app.state.auth = Authenticator(settings)
+
+    async def facts() -> dict[str, Any]:  # what the queue conditions of alert rules look at
+        return {"queues": await engine.store.list_queues(), "agents": engine.hub.describe()}
+
+    app.state.notifier = Notifier(engine.store, engine.clock, facts)
     app.state.rate_limits = RateLimiter(
         settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url, settings.cluster_key
     )
@@ -271,7 +300,8 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
                 "field": None}  # fmt: skip
         return JSON(body, status_code=500)
 
-    for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes, observe, archive):
+    for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes, observe, archive,
+                   notifications, hooks):
         app.include_router(module.router)
     docs.mount_docs(app)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]

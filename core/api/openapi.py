@@ -39,7 +39,11 @@ ERROR_TEXT = {
 }
 # Routes that create an object, and the path parameter its id fills elsewhere.
 LINKS = {"job_id": ("/v1/jobs", "post", "201", "id"), "schedule_id": ("/v1/schedules", "post", "201", "id"),
-         "name": ("/v1/jobs", "post", "201", "queue")}  # fmt: skip
+         "name": ("/v1/jobs", "post", "201", "queue"),
+         "channel_id": ("/v1/notifications/channels", "post", "201", "id"),
+         "rule_id": ("/v1/notifications/rules", "post", "201", "id"),
+         "notification_id": ("/v1/notifications", "post", "202", "id"),
+         "hook_id": ("/v1/notifications/hooks", "post", "201", "id")}  # fmt: skip
 
 WEBSOCKETS = """
 ## WebSockets

@@ -29,6 +29,7 @@ ACTIONS: dict[str, str] = {
     "audit.read": "admin",
     "archive.read": "admin",
     "archive.restore": "admin",
+    "notifications.manage": "admin",
 }
 QUEUE_SCOPED = frozenset({"jobs.read", "jobs.write", "schedules.write", "queues.pause"})
 

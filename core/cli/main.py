@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from core.cli import signin
+from core.cli import notify, signin
 from core.cli.lifecycle import cmd_archive, cmd_backup, cmd_restore
 from core.cli.nodes import cmd_agent, cmd_migrate, cmd_up, cmd_up_console, run_async
 from core.cli.output import view_in
@@ -240,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     ags = agents.add_subparsers(dest="agent_action", metavar="ACTION")
     ags.add_parser("ls", help="list agents")
     ags.add_parser("drain", help="give an agent no new work").add_argument("name")
+
+    notify.add_parser(sub)  # core/cli/notify.py
 
     # sign-in (core/cli/signin.py)
     s = sub.add_parser("login", help="sign in to --server and cache the token (device code, browser or pasted)")

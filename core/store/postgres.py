@@ -46,6 +46,7 @@ from core.store.base import (
     split_by_idempotency,
 )
 from core.store.listing import JobOrder
+from core.store.notifications import PostgresNotifications
 from core.store.relay_cursors import PostgresRelayCursors
 from core.store.schedule_runs import (
     FireResult,
@@ -75,7 +76,7 @@ INSERT_AUDIT = (
 )
 
 
-class PostgresStore(PostgresRelayCursors, PostgresArchive):
+class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications):
     """The Store protocol on PostgreSQL (see core/store/base.py and core/store/sqlite.py)."""
 
     single_node = False  # other nodes may share the database and hold leases of their own

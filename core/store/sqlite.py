@@ -52,6 +52,7 @@ from core.store.base import (
     stats_view,
 )
 from core.store.listing import JobOrder, order_sql, search_sql
+from core.store.notifications import SQLiteNotifications
 from core.store.relay_cursors import SQLiteRelayCursors
 from core.store.schedule_runs import (
     ACTIVE_SQL,
@@ -356,7 +357,7 @@ def _list_rows(c: sqlite3.Connection, select: str, flt: JobFilter, order: JobOrd
     return c.execute(sql, [*params, limit]).fetchall()
 
 
-class SQLiteStore(SQLiteRelayCursors, SQLiteArchive):
+class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
     """The Store protocol on one SQLite file (see core/store/base.py)."""
 
     single_node = True  # the file is locked by one node: no other node can hold its leases

@@ -7,7 +7,8 @@ not match the documented schema or status codes, on a schema-valid request the s
 on a schema-invalid one it accepts. Bounded: a fixed seed and a few examples per route and phase
 (tests/api/schemathesis.toml); the rules JSON Schema cannot say are in tests/api/fuzz_hooks.py.
 
-The node runs no agent, so no generated command or URL is ever executed or fetched.
+The node runs no agent and sends no notification (JOBDECK_NOTIFY_SEND=0), so no generated command or
+URL is ever executed or fetched.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tests.auth.principals import TEAM_QUEUES, TOKENS
 from tests.conftest import ROOT, ServerProcess, spawn_jobdeck
 
 HERE = Path(__file__).resolve().parent
+NO_SENDING = {"JOBDECK_NOTIFY_SEND": "0"}  # the fuzz makes channels with made-up URLs: never call them
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 pytestmark = [pytest.mark.timeout(900), pytest.mark.skipif(not SCHEMATHESIS.exists(), reason="schemathesis missing")]
 
@@ -42,7 +44,7 @@ def _stop(sp: ServerProcess) -> None:
 @pytest.fixture
 def open_node(tmp_path: Path) -> Iterator[ServerProcess]:
     """`jobdeck server` without sign-in (loopback only), no agent."""
-    sp = spawn_jobdeck(tmp_path / "data", "server")
+    sp = spawn_jobdeck(tmp_path / "data", "server", env=NO_SENDING)
     try:
         yield sp
     finally:
@@ -59,7 +61,7 @@ def signed_node(tmp_path: Path) -> Iterator[ServerProcess]:
         lines += ["[[tokens]]", f'name = "{name}"', f'sha256 = "{token_hash(token)}"', f'role = "{role}"',
                   f"teams = {teams!r}".replace("'", '"')]  # fmt: skip
     config.write_text("\n".join(lines) + "\n")
-    sp = spawn_jobdeck(tmp_path / "data", "server", env={"JOBDECK_CONFIG": str(config)})
+    sp = spawn_jobdeck(tmp_path / "data", "server", env={"JOBDECK_CONFIG": str(config), **NO_SENDING})
     try:
         yield sp
     finally:

@@ -20,6 +20,7 @@ from tests.conftest import node_settings, start_node, stop_node
 
 JOB = {"name": "charge", "queue": "payments", "task": {"kind": "shell", "command": "true"}}
 SCHEDULE = {"name": "nightly", "cron": "0 3 * * *", "job": JOB}
+HOOK = {"kind": "webhook", "name": "matrix-hook", "url": "http://127.0.0.1:9/hook"}
 
 # (method, path) -> (a request maker, which roles get past the access check).
 # The maker gets fresh objects (a waiting job and a schedule in the operator's queue).
@@ -88,6 +89,47 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
     ("POST", "/v1/archive/restore"): (lambda o: ("/v1/archive/restore", {"file": "jobs-2026-01-01.jsonl.gz"}), {A}),
     ("GET", "/v1/events"): (lambda o: ("/v1/events", None), {R, OP, A}),
     ("GET", "/v1/audit"): (lambda o: ("/v1/audit", None), {A}),
+    # notifications: admin only (ids that do not exist: a 404 past the check is still "reached")
+    ("GET", "/v1/notifications/channels"): (lambda o: ("/v1/notifications/channels", None), {A}),
+    ("POST", "/v1/notifications/channels"): (lambda o: ("/v1/notifications/channels", HOOK), {A}),
+    ("GET", "/v1/notifications/channels/{channel_id}"): (lambda o: ("/v1/notifications/channels/999", None), {A}),
+    ("PATCH", "/v1/notifications/channels/{channel_id}"): (
+        lambda o: ("/v1/notifications/channels/999", {"enabled": False}),
+        {A},
+    ),
+    ("DELETE", "/v1/notifications/channels/{channel_id}"): (lambda o: ("/v1/notifications/channels/999", None), {A}),
+    ("GET", "/v1/notifications/channels/{channel_id}/log"): (
+        lambda o: ("/v1/notifications/channels/999/log", None),
+        {A},
+    ),
+    ("POST", "/v1/notifications"): (lambda o: ("/v1/notifications", {"channel_id": 999}), {A}),
+    ("GET", "/v1/notifications"): (lambda o: ("/v1/notifications", None), {A}),
+    ("GET", "/v1/notifications/{notification_id}"): (lambda o: ("/v1/notifications/999", None), {A}),
+    ("POST", "/v1/notifications/{notification_id}/replay"): (lambda o: ("/v1/notifications/999/replay", None), {A}),
+    ("GET", "/v1/notifications/rules"): (lambda o: ("/v1/notifications/rules", None), {A}),
+    ("POST", "/v1/notifications/rules"): (
+        lambda o: ("/v1/notifications/rules", {"name": "r", "events": ["job.dead"], "channels": [999]}),
+        {A},
+    ),
+    ("GET", "/v1/notifications/rules/{rule_id}"): (lambda o: ("/v1/notifications/rules/999", None), {A}),
+    ("PATCH", "/v1/notifications/rules/{rule_id}"): (
+        lambda o: ("/v1/notifications/rules/999", {"enabled": False}),
+        {A},
+    ),
+    ("DELETE", "/v1/notifications/rules/{rule_id}"): (lambda o: ("/v1/notifications/rules/999", None), {A}),
+    ("GET", "/v1/notifications/hooks"): (lambda o: ("/v1/notifications/hooks", None), {A}),
+    ("POST", "/v1/notifications/hooks"): (
+        lambda o: ("/v1/notifications/hooks", {"name": f"h{o['job']}", "job": {"task": JOB["task"]}}),
+        {A},
+    ),
+    ("GET", "/v1/notifications/hooks/{hook_id}"): (lambda o: ("/v1/notifications/hooks/999", None), {A}),
+    ("PATCH", "/v1/notifications/hooks/{hook_id}"): (
+        lambda o: ("/v1/notifications/hooks/999", {"enabled": False}),
+        {A},
+    ),
+    ("DELETE", "/v1/notifications/hooks/{hook_id}"): (lambda o: ("/v1/notifications/hooks/999", None), {A}),
+    # public: the hook's own secret is the credential (an unknown hook is a 404 for everyone)
+    ("POST", "/v1/hooks/{name}"): (lambda o: ("/v1/hooks/nohook", {}), {"anonymous", R, OP, A, "agent"}),
 }
 WEBSOCKETS = {"/v1/events", "/v1/agents"}  # authenticated in their handlers: see test_websocket_*
 

@@ -1,0 +1,186 @@
+"""Benchmark: notifications (a `jobdeck server` with no agent, a webhook receiver in this process).
+
+delivery latency: one rule sends every job.created of one queue to 10 webhook channels; another
+process submits 100 jobs a second; the receiver takes, per request, its arrival time minus the
+event's commit time (`data.event.ts`; one machine, one clock): commit -> relay -> rules -> the
+delivery row -> dispatcher -> signed POST. Baseline, same run, same receiver: this process POSTing
+the same number of requests at the same rate itself (the receiver's and loopback HTTP's own cost).
+Then again with an 11th channel whose receiver never answers (it times out after 2 s): the healthy
+channels' p99 beside the first run's.
+
+hook submits: incoming hook calls (bearer token) from 16 concurrent clients for a few seconds,
+beside POST /v1/jobs of the same job by the same clients (the same run, the same server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from bench.context import RunContext
+from bench.report import Figure, Floor, percentile
+from bench.server import BenchError
+from bench.workload import epoch
+
+NAME = "notify"
+RATE, CHANNELS = 100.0, 10
+P99_FLOOR = Floor("<=", 100.0)  # ms, commit -> receiver, healthy receivers
+SLOW_FLOOR = Floor("<=", 1.10)  # the healthy channels' p99 with a timing-out receiver / without
+QUEUE = "nlag"
+JOB = {"queue": "hooked", "delay": 3600, "task": {"kind": "shell", "command": "true"}}
+
+
+class _Receiver:
+    """Webhook receivers on one loopback port: /ok/{n} answers at once, /hang never does."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self.port = 0
+        self._server: uvicorn.Server | None = None
+
+    async def _ok(self, request: Request) -> PlainTextResponse:
+        body = await request.body()
+        now = time.time()
+        data = orjson.loads(body).get("data") or {}
+        sent = (data.get("event") or {}).get("ts") or data.get("sent")
+        if isinstance(sent, str):
+            self.lags.append((now - epoch(sent)) * 1000)
+        elif isinstance(sent, float):
+            self.lags.append((now - sent) * 1000)
+        return PlainTextResponse("ok")
+
+    async def _hang(self, request: Request) -> PlainTextResponse:
+        await asyncio.sleep(3600)
+        return PlainTextResponse("late")
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[_Receiver]:
+        app = Starlette(
+            routes=[Route("/ok/{n}", self._ok, methods=["POST"]), Route("/hang", self._hang, methods=["POST"])]
+        )
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off",
+                                timeout_graceful_shutdown=1)  # fmt: skip
+        self._server = uvicorn.Server(config)
+        task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            await asyncio.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        try:
+            yield self
+        finally:
+            self._server.should_exit = True
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 5)
+
+
+async def _latency_run(ctx: RunContext, rx: _Receiver, slow: bool) -> list[float]:
+    seconds = ctx.scale.console_seconds
+    async with ctx.server("notify-slow" if slow else "notify", slots=0) as (srv, _), httpx.AsyncClient(
+        base_url=srv.url, timeout=30
+    ) as http:  # fmt: skip
+        ids = []
+        for i in range(CHANNELS + (1 if slow else 0)):
+            url = f"http://127.0.0.1:{rx.port}/ok/{i}" if i < CHANNELS else f"http://127.0.0.1:{rx.port}/hang"
+            r = await http.post("/v1/notifications/channels", json={"kind": "webhook", "name": f"c{i}", "url": url,
+                                                                     "timeout": 2.0, "disable_after": 0})  # fmt: skip
+            if r.status_code != 201:
+                raise BenchError(f"cannot create a channel: {r.text}")
+            ids.append(r.json()["id"])
+        rule = {"name": "every-created", "events": ["job.created"], "filters": {"queue": QUEUE}, "channels": ids,
+                "window_seconds": 0}  # fmt: skip
+        if (r := await http.post("/v1/notifications/rules", json=rule)).status_code != 201:
+            raise BenchError(f"cannot create the rule: {r.text}")
+        rx.lags.clear()
+        ctx.progress(
+            f"{RATE:.0f} events/s for {seconds:.0f} s to {CHANNELS} channels" + (" + 1 that hangs" if slow else "")
+        )
+        load = subprocess.Popen([sys.executable, "-m", "bench.console_load", srv.url, str(RATE), str(seconds), QUEUE])
+        expected = int(RATE * seconds) * CHANNELS
+        deadline = time.monotonic() + seconds + 60
+        while (load.poll() is None or len(rx.lags) < expected) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        load.wait(10)
+        if len(rx.lags) < expected:
+            raise BenchError(f"only {len(rx.lags):,} of {expected:,} deliveries arrived within 60 s of the load's end")
+        return sorted(rx.lags)
+
+
+async def _baseline(rx: _Receiver, seconds: float) -> list[float]:
+    rx.lags.clear()
+    async with httpx.AsyncClient(timeout=10) as http:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        tasks = []
+        for i in range(int(RATE * seconds)):
+            if (wait := start + i / RATE - loop.time()) > 0:
+                await asyncio.sleep(wait)
+            body = orjson.dumps({"type": "jobdeck.alert", "data": {"sent": time.time()}})
+            tasks += [asyncio.create_task(http.post(f"http://127.0.0.1:{rx.port}/ok/{c}", content=body))
+                      for c in range(CHANNELS)]  # fmt: skip
+        await asyncio.gather(*tasks)
+    return sorted(rx.lags)
+
+
+async def delivery_latency(ctx: RunContext) -> list[Figure]:
+    async with _Receiver().serving() as rx:
+        healthy = await _latency_run(ctx, rx, slow=False)
+        ctx.progress("baseline: this process POSTing to the same receiver at the same rate")
+        base = await _baseline(rx, ctx.scale.console_seconds)
+        with_slow = await _latency_run(ctx, rx, slow=True)
+    p99, p99_slow = percentile(healthy, 99), percentile(with_slow, 99)
+    note = f"{len(healthy):,} deliveries: {RATE:.0f} job.created/s x {CHANNELS} channels, signed, logged"
+    return [
+        Figure(NAME, "commit -> receiver p50", percentile(healthy, 50), "ms", None),
+        Figure(NAME, "commit -> receiver p99", p99, "ms", P99_FLOOR, note),
+        Figure(NAME, "baseline: direct POST p50", percentile(base, 50), "ms", None, "this process -> receiver"),
+        Figure(NAME, "baseline: direct POST p99", percentile(base, 99), "ms", None),
+        Figure(NAME, "p99 with a receiver that hangs", p99_slow, "ms", None, "an 11th channel times out (2 s)"),
+        Figure(NAME, "p99 with it / without", p99_slow / p99 if p99 else None, "ratio", SLOW_FLOOR),
+    ]
+
+
+async def _hammer(http: httpx.AsyncClient, path: str, seconds: float, clients: int, **kw: Any) -> float:
+    done = 0
+    stop = time.monotonic() + seconds
+
+    async def one() -> None:
+        nonlocal done
+        while time.monotonic() < stop:
+            r = await http.post(path, **kw)
+            if r.status_code not in (201, 202):
+                raise BenchError(f"POST {path}: {r.status_code} {r.text[:200]}")
+            done += 1
+
+    t = time.monotonic()
+    await asyncio.gather(*(one() for _ in range(clients)))
+    return done / (time.monotonic() - t)
+
+
+async def hook_submits(ctx: RunContext) -> list[Figure]:
+    seconds, clients = ctx.scale.single_seconds, ctx.scale.concurrency
+    async with ctx.server("notify-hooks", slots=0) as (srv, _), httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
+        r = await http.post("/v1/notifications/hooks", json={"name": "bench", "auth": "bearer", "job": JOB})
+        if r.status_code != 201:
+            raise BenchError(f"cannot create the hook: {r.text}")
+        auth = {"authorization": f"Bearer {r.json()['token']}", "content-type": "application/json"}
+        ctx.progress(f"hook calls and POST /v1/jobs, {clients} clients, {seconds:.0f} s each")
+        jobs_rate = await _hammer(http, "/v1/jobs", seconds, clients, json=JOB)
+        hook_rate = await _hammer(http, "/v1/hooks/bench", seconds, clients, content=b'{"ref": "main"}', headers=auth)
+    return [
+        Figure(NAME, "POST /v1/hooks/{name} (bearer)", hook_rate, "jobs/s", None, f"{clients} clients"),
+        Figure(NAME, "baseline: POST /v1/jobs", jobs_rate, "jobs/s", None, "same job, same clients"),
+        Figure(NAME, "hook / POST /v1/jobs", hook_rate / jobs_rate if jobs_rate else None, "ratio", None),
+    ]

@@ -1,0 +1,87 @@
+"""The Alerts view: notifications sent by alert rules and tests, newest first, with where each
+delivery stands (admins; docs/notifications.md); replay one, or send a test to its channel."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+
+from console_tui.actions import bindings_for
+from console_tui.format import epoch
+from console_tui.screens.base import Json
+from console_tui.screens.tables import TableView
+from core.errors import JobDeckError
+
+STATUS_STYLES = {"delivered": "green", "pending": "yellow", "failed": "bold red"}
+KIND_STYLES = {"alert": "bold red", "summary": "yellow", "resolved": "green", "channel_disabled": "bold red",
+               "test": "dim"}  # fmt: skip
+
+
+class AlertsView(TableView):
+    view_name: ClassVar[str] = "alerts"
+    title: ClassVar[str] = "Alerts"
+    BINDINGS = bindings_for("alerts")
+    COLUMNS = (("id", "ID", 6), ("created", "WHEN", 13), ("channel", "CHANNEL", 14), ("kind", "KIND", 16),
+               ("status", "STATUS", 10), ("tries", "TRIES", 5), ("title", "TITLE", 42), ("last", "LAST ANSWER", 24))  # fmt: skip
+    POLL_SECONDS = 3.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.channel_names: dict[int, str] = {}
+        self.refused: str | None = None
+
+    def key(self, item: Json) -> str:
+        return str(item["id"])
+
+    async def fetch(self) -> list[Json]:
+        if "notifications.manage" not in self.console.identity.allowed:
+            self.refused = f"the delivery log is for admins (you are {self.console.identity.role})"
+            return []
+        try:
+            channels = await self.console.client.channels()
+            self.channel_names = {c["id"]: c["name"] for c in channels}
+            return await self.console.client.notifications(limit=200)
+        except JobDeckError as exc:
+            self.refused = exc.message
+            return []
+
+    def bar(self) -> str:
+        if self.refused:
+            return self.refused
+        failed = sum(1 for n in self.items.values() if n["status"] == "failed")
+        waiting = sum(1 for n in self.items.values() if n["status"] == "pending")
+        n, c = len(self.items), len(self.channel_names)
+        return (f"{n} notification{'s' * (n != 1)}, {waiting} waiting, {failed} failed · {c} channel{'s' * (c != 1)}"
+                " · r replay · t send a test")  # fmt: skip
+
+    def cells(self, n: Json) -> list[Any]:
+        d = self.console.fmt
+        data = (n.get("payload") or {}).get("data") or {}
+        last = n.get("last_error") or (f"{n['last_status']}" if n.get("last_status") is not None else "-")
+        return [
+            Text(str(n["id"]), justify="right"),
+            d.clock_time(epoch(n.get("created_at"))),
+            self.channel_names.get(n["channel_id"], str(n["channel_id"])),
+            Text(n["kind"], style=KIND_STYLES.get(n["kind"], "")),
+            Text(n["status"], style=STATUS_STYLES.get(n["status"], "")),
+            Text(f"{n['attempts']}/{n['max_attempts']}", justify="right"),
+            str(data.get("title") or "-"),
+            last,
+        ]
+
+    def wants(self, event: Json) -> bool:
+        return str(event.get("type", "")).startswith("notify.")
+
+    async def action_replay(self) -> None:
+        n = self.current()
+        if n is not None:
+            await self.call(self.console.client.replay_notification(n["id"]), f"notification {n['id']} is sent again")
+            await self.reload()
+
+    async def action_send_test(self) -> None:
+        n = self.current()
+        if n is not None:
+            name = self.channel_names.get(n["channel_id"], str(n["channel_id"]))
+            await self.call(self.console.client.send_notification(n["channel_id"]), f"a test goes to {name}")
+            await self.reload()
