@@ -16,7 +16,8 @@ EVENT_TYPES = (
     "job.created", "job.scheduled", "job.queued", "job.running", "job.succeeded", "job.failed", "job.dead",
     "job.cancelled", "job.paused", "job.blocked", "job.priority", "job.cancel_requested",
     "schedule.created", "schedule.updated", "schedule.deleted", "schedule.paused", "schedule.resumed",
-    "schedule.fired", "queue.paused", "queue.resumed", "queue.updated",
+    "schedule.fired", "schedule.missed", "schedule.skipped", "schedule.cancelled_previous",
+    "queue.paused", "queue.resumed", "queue.updated",
     "agent.connected", "agent.disconnected", "agent.draining", "agent.drain", "agent.status",
 )  # fmt: skip
 SEVERITY = {"job.dead": "critical", "job.failed": "warning", "agent.disconnected": "warning"}
