@@ -300,8 +300,8 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
                 "field": None}  # fmt: skip
         return JSON(body, status_code=500)
 
-    for module in (jobs, queues, schedules, system, health, events, agents_ws, auth_routes, observe, archive,
-                   notifications, hooks):
+    routers = (jobs, queues, schedules, system, health, events, agents_ws, auth_routes, observe, archive)
+    for module in (*routers, notifications, hooks):
         app.include_router(module.router)
     docs.mount_docs(app)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]

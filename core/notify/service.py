@@ -172,9 +172,10 @@ class NotifySink:
             changed: set[int] = set()
             for rule in self.rules:
                 state = self.states.setdefault(rule["id"], R.RuleState())
-                before = R.state_to_dict(state)
+                # serialised: the state's dicts change in place, so a shallow copy would compare equal
+                before = orjson.dumps(R.state_to_dict(state))
                 alerts += C.on_tick(rule, state, facts, now)
-                if R.state_to_dict(state) != before:
+                if orjson.dumps(R.state_to_dict(state)) != before:
                     changed.add(rule["id"])
             if alerts or changed:
                 await self._write(alerts, changed)

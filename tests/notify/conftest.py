@@ -22,7 +22,6 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from tests.conftest import free_port, node_settings, start_node, stop_node
-from tests.store.conftest import pg_database, pg_url  # noqa: F401 - the PostgreSQL nodes' database
 
 
 @dataclass

@@ -123,3 +123,18 @@ def test_a_level_that_flaps_inside_the_window_is_summed_up_not_repeated() -> Non
     assert on_tick(r, s, facts(0), 30.0) == [], "its resolve notice too (it was never sent)"
     [summary] = on_tick(r, s, facts(0), 301.0)
     assert summary.kind == "summary" and "1 more alert suppressed" in summary.title
+
+
+def test_a_level_that_begins_after_its_first_look_is_saved_firing() -> None:
+    """The sink saves a rule's state when a tick changed it: a level that begins on a later tick
+    changes the state in place, which must still count as a change (it was once lost)."""
+    import orjson
+
+    from core.notify.rules import state_to_dict
+
+    r, s = rule({"kind": "queue_depth", "above": 2, "for_seconds": 0}, events=()), RuleState()
+    on_tick(r, s, facts(0), 0.0)
+    before = orjson.dumps(state_to_dict(s))
+    [a] = on_tick(r, s, facts(3), 5.0)
+    assert a.kind == "alert" and orjson.dumps(state_to_dict(s)) != before
+    assert state_to_dict(s)["levels"]["q:payments"]["firing"] is True
