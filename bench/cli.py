@@ -29,6 +29,7 @@ from bench.observability import observability_cost, retention_cost
 from bench.python_tasks import calls as python_calls
 from bench.python_tasks import jobs as python_jobs
 from bench.ratelimit import rate_limit_cost
+from bench.recovery import recovery
 from bench.remote import noop_remote, sleepers
 from bench.report import (
     AGENT_NOOP_FLOOR,
@@ -114,6 +115,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "notifications: commit -> webhook receiver at 100 events/s to 10 channels (beside direct POSTs, and with an "
         "11th receiver that hangs); incoming hook submits beside POST /v1/jobs",
         (delivery_latency, hook_submits),
+        False,
+    ),
+    "recovery": (
+        "recovery after SIGKILL on two PostgreSQL nodes with two agents: an agent restarted at once vs never "
+        "back (its runs wait for their leases: the same-run baseline), and a node (agents reattached, work flowing)",
+        (recovery,),
         False,
     ),
     "web": (
