@@ -16,6 +16,7 @@ import pytest
 from core.client import JobDeckClient
 from tests.conftest import ServerProcess, recorded_runs, recorder_task, spawn_agent, spawn_jobdeck, until
 from tests.netproxy import TcpProxy
+from tests.services import REDIS_URL, redis_problem
 
 # Leases long enough that only an acknowledged, resent result can finish the job in one attempt;
 # without it the lost result shows as a second attempt after the lease ran out.
@@ -196,3 +197,30 @@ async def _agent(c: JobDeckClient, name: str) -> dict[str, object] | None:
 def _ts(value: object) -> float:
     """A time of the API (ISO text, or Unix seconds) as Unix seconds."""
     return datetime.fromisoformat(value).timestamp() if isinstance(value, str) else float(str(value))
+
+
+async def test_a_name_connected_to_one_node_cannot_be_taken_on_another(pg_url: str, tmp_path: Path) -> None:
+    """Two nodes sharing PostgreSQL and Redis: a namesake with another identity (its own state
+    folder) registering on node B is refused while the name is live on node A, so it can never
+    release the live agent's runs; the same agent moving to node B is welcome."""
+    problem = redis_problem()
+    if problem:
+        pytest.skip(problem)
+    env = {"JOBDECK_DATABASE_URL": pg_url, "JOBDECK_REDIS_URL": REDIS_URL, **LEASES}
+    a, b = (spawn_jobdeck(tmp_path / f"node{i}", "server", env=env) for i in (1, 2))
+    first = spawn_agent(a.url, "unique", tmp_path, "--heartbeat", "1")
+    try:
+        async with JobDeckClient(a.url) as ca, JobDeckClient(b.url) as cb:
+            await until(lambda: _registered(cb, "unique"), 30, "node B to hear of the agent on node A")
+            job = await ca.submit({"task": recorder_task(tmp_path, 30)})
+            await until(lambda: len(recorded_runs(tmp_path)) == 1, 30, "the job to start on the agent")
+            other = spawn_agent(b.url, "unique", tmp_path, "--state-dir", str(tmp_path / "impostor-state"))
+            assert other.wait(30) == 1
+            log = (tmp_path / "agent-unique.log").read_text()
+            assert "is connected to another node already" in log, log
+            assert (await ca.get_job(job["id"]))["state"] == "running", "the live agent's run was left alone"
+            assert len(await ca.attempts(job["id"])) == 1
+    finally:
+        _stop(first)
+        for n in (a, b):
+            n.kill()
