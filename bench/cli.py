@@ -19,7 +19,7 @@ import httpx
 from bench.auth import auth_overhead
 from bench.console_lag import console_lag
 from bench.context import RunContext, Scale
-from bench.flow import drain_with_limits
+from bench.flow import drain_with_limits, fair_share
 from bench.io_drain import io_drain
 from bench.kafka import consumer_lag, relay_throughput
 from bench.latency import due_later, due_now
@@ -75,6 +75,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "limit set (too high to hold anything back), in alternating turns; ratios to the same run's baseline",
         (drain_with_limits,),
         True,
+    ),
+    "fairness": (
+        "the starvation scenario: tenant A floods 50,000 jobs, tenant B then submits 100; B's wait p50/p99 "
+        "with fair share off (FIFO) and on",
+        (fair_share,),
+        False,
     ),
     "pickup": ("pick-up latency at a steady submit rate", (due_now, due_later), True),
     "agent": (

@@ -23,7 +23,7 @@ from core.agent_session import AgentSession
 from core.bus import Bus
 from core.config import Settings
 from core.errors import Conflict, JobDeckError
-from core.flow import UNLIMITED, QueueLimits, waiting_reason
+from core.flow import UNLIMITED, QueueLimits, key_reason, waiting_reason
 from core.model import (
     Job,
     Policy,
@@ -263,6 +263,17 @@ class Engine:
         for j in jobs:
             if out[j.id] is None and j.queue in reasons:
                 out[j.id] = reasons[j.queue]
+        keyed: dict[str, set[str]] = {}
+        for j in jobs:
+            if (out[j.id] is None and j.state == "queued" and j.concurrency_key is not None
+                    and self.queue_settings.get(j.queue, UNLIMITED).key_concurrency is not None):  # fmt: skip
+                keyed.setdefault(j.queue, set()).add(j.concurrency_key)
+        for queue, keys in keyed.items():
+            limit = self.queue_settings[queue].key_concurrency
+            running = await self.store.key_running(queue, sorted(keys))  # type: ignore[attr-defined]
+            for j in jobs:
+                if out[j.id] is None and j.queue == queue and j.concurrency_key in keys and limit is not None:
+                    out[j.id] = key_reason(queue, str(j.concurrency_key), limit, running.get(str(j.concurrency_key), 0))
         return out
 
     # ------------------------------------------------------------ schedules

@@ -1,22 +1,31 @@
 """Flow control: what a claim may take from a queue, as pure decisions over counts the store supplies.
 
-A queue may be paused, cap how many of its jobs run at once (`concurrency`), and cap how many
-start per second (`rate_limit`, a token bucket holding up to `rate_burst` starts). The stores
-keep the settings and the bucket in the `queues` row and apply these decisions inside the claim's
-transaction, under the queue's lock (PostgreSQL: an advisory lock; SQLite: the one writer), so a
-limit holds across every node, exactly. Nothing in this module does I/O.
+A queue may be paused, cap how many of its jobs run at once (`concurrency`), cap how many start
+per second (`rate_limit`, a token bucket holding up to `rate_burst` starts), cap how many jobs of
+one `concurrency_key` run at once (`key_concurrency`), and rotate its claims between the
+`fairness_key`s of its jobs (`pick`: start-time fair queueing, optionally weighted). The stores
+keep the settings, the bucket and the rotation in the store and apply these decisions inside the
+claim's transaction, under the queue's lock (PostgreSQL: an advisory lock; SQLite: the one
+writer), so every limit holds across every node, exactly. Nothing in this module does I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
+from core.model import Job
+
 #: The queue settings an operator changes (the `queues` columns of the same names), with their defaults.
-SETTINGS: dict[str, Any] = {"paused": False, "concurrency": None, "rate_limit": None, "rate_burst": None}
+SETTINGS: dict[str, Any] = {"paused": False, "concurrency": None, "rate_limit": None, "rate_burst": None,
+                            "key_concurrency": None, "fairness_weights": None, "fair": False}  # fmt: skip
 RATE_MAX = 1_000_000.0  # jobs/s: far past what one store can start
 BURST_OF_A_TENTH = 0.1  # seconds of the rate a bucket holds when no burst is set
+MAX_KEYS = 10_000  # keys a claim reads of one queue; beyond, the least served of them get their turn first
+NULL_WINDOW = 1000  # jobs without a key are looked for among a fair queue's first this many queued jobs
+FORGET_AFTER = 3600.0  # a key not served for this long and not ahead of the queue is forgotten
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +36,9 @@ class QueueLimits:
     concurrency: int | None = None
     rate_limit: float | None = None  # jobs started per second, across every node
     rate_burst: int | None = None  # starts the bucket holds; None: default_burst(rate_limit)
+    key_concurrency: int | None = None  # jobs of one concurrency_key running at once
+    fairness_weights: dict[str, float] | None = None  # fairness_key -> weight (default 1)
+    fair: bool = False  # claims rotate between fairness keys (set when a job with one arrives)
 
     @classmethod
     def of(cls, view: dict[str, Any]) -> QueueLimits:
@@ -36,7 +48,13 @@ class QueueLimits:
     @property
     def held(self) -> bool:
         """True if a claim must count before it takes from this queue (see the stores' per-queue claims)."""
-        return self.paused or self.concurrency is not None or self.rate_limit is not None
+        return (self.paused or self.concurrency is not None or self.rate_limit is not None
+                or self.key_concurrency is not None or self.fair)  # fmt: skip
+
+    @property
+    def by_key(self) -> bool:
+        """True if a claim must choose among the queue's jobs by key (`pick`), not just take the first."""
+        return self.key_concurrency is not None or self.fair
 
     @property
     def burst(self) -> int:
@@ -121,3 +139,181 @@ def waiting_reason(queue: str, limits: QueueLimits, running: int, bucket: Bucket
         return (f"queue {queue!r} is at its rate limit of {rate_text(limits.rate_limit)} "
                 f"(burst {limits.burst})")  # fmt: skip
     return None
+
+
+def key_reason(queue: str, key: str, limit: int, running: int) -> str | None:
+    """Why a queued job with concurrency key `key` waits, if its key is at the queue's per-key limit."""
+    if running < limit:
+        return None
+    return f"concurrency key {key!r} of queue {queue!r} is at its limit: {running} of {limit} running"
+
+
+# ---------------------------------------------------------------- choosing among keys
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A queued job a claim may take, with what the choice needs."""
+
+    id: int
+    sort_key: float
+    priority: int
+    fairness_key: str | None
+    concurrency_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """What one fairness key of a queue was served: starts / weight, and when it last started one."""
+
+    served: float
+    last_at: float
+
+
+@dataclass(slots=True)
+class Rotation:
+    """A fair queue's rotation state: its virtual time and the shares of keys served past it."""
+
+    vtime: float = 0.0
+    shares: dict[str, Share] | None = None
+
+
+def band(c: Candidate, last_at: float | None, now: float, aging: float) -> int:
+    """A fair queue's priority band of a key whose next job is `c`: its priority, plus one per `aging`
+    seconds the key has waited for a start (since its job was enqueued, or since the key last started
+    one, whichever is later). A higher band goes first; within a band, the least served key."""
+    enqueued = c.sort_key + c.priority * aging
+    waited = now - max(enqueued, last_at if last_at is not None else enqueued)
+    return c.priority + math.floor(max(0.0, waited) / aging)
+
+
+def pick(
+    candidates: dict[str | None, list[Candidate]],
+    room: int,
+    *,
+    limits: QueueLimits,
+    key_running: dict[str, int],
+    rotation: Rotation,
+    now: float,
+    aging: float,
+) -> list[Candidate]:
+    """Choose up to `room` jobs among each group's next jobs (in claim order; groups are fairness keys
+    in a fair queue), honouring the per-key concurrency limit and, in a fair queue, rotating between
+    keys: the highest band first, then the key served least (start-time fair queueing: a key's
+    service is its starts / weight, and a key that was idle starts at the queue's virtual time, so it
+    neither jumps the queue with credit it saved nor waits for the others' backlog). Pure: `charge`
+    then records what was really claimed."""
+    running = dict(key_running)
+    trial = Rotation(rotation.vtime, dict(rotation.shares or {}))
+    pos = dict.fromkeys(candidates, 0)
+    picked: list[Candidate] = []
+
+    def next_of(k: str | None) -> Candidate | None:
+        items = candidates[k]
+        while pos[k] < len(items):
+            c = items[pos[k]]
+            ck = c.concurrency_key
+            if limits.key_concurrency is None or ck is None or running.get(ck, 0) < limits.key_concurrency:
+                return c
+            pos[k] += 1  # its concurrency key is full: this job waits for another claim
+        return None
+
+    def order(kc: tuple[str | None, Candidate]) -> tuple[int, float, float, int]:
+        k, c = kc
+        share = (trial.shares or {}).get(k or "")
+        served = max(share.served if share else trial.vtime, trial.vtime)
+        return (-band(c, share.last_at if share else None, now, aging), served, c.sort_key, c.id)
+
+    while len(picked) < room:
+        heads = [(k, c) for k in candidates if (c := next_of(k)) is not None]
+        if not heads:
+            break
+        if limits.fair:
+            k, c = min(heads, key=order)
+        else:
+            k, c = min(heads, key=lambda kc: (kc[1].sort_key, kc[1].id))
+        pos[k] += 1
+        picked.append(c)
+        if c.concurrency_key is not None:
+            running[c.concurrency_key] = running.get(c.concurrency_key, 0) + 1
+        if limits.fair:
+            charge(trial, [c], limits, now)
+    return picked
+
+
+def charge(rotation: Rotation, started: list[Candidate], limits: QueueLimits, now: float) -> set[str]:
+    """Record starts (in pick order) in a fair queue's rotation; return the share keys changed."""
+    shares = rotation.shares if rotation.shares is not None else {}
+    rotation.shares = shares
+    weights = limits.fairness_weights or {}
+    changed = set()
+    for c in started:
+        name = c.fairness_key or ""
+        share = shares.get(name)
+        start = max(share.served if share else rotation.vtime, rotation.vtime)
+        rotation.vtime = max(rotation.vtime, start)
+        shares[name] = Share(start + 1.0 / max(weights.get(name, 1.0), 1e-6), now)
+        changed.add(name)
+    return changed
+
+
+def fetch_per_key(room: int, keys: int) -> int:
+    """How many of each key's next jobs a claim of `room` reads: enough for an even share twice over."""
+    return room if keys <= 2 else min(room, 2 * math.ceil(room / keys))
+
+
+@dataclass(slots=True)
+class KeyedClaim:
+    """One queue's picks in a claim (store rows in pick order), and what to record once the claim is cut."""
+
+    queue: str
+    limits: QueueLimits
+    rotation: Rotation
+    picked: list[Candidate]
+    rows: list[Any]
+
+
+_FIELDS = [f.name for f in dataclasses.fields(Job)]
+_AT = {name: _FIELDS.index(name) for name in ("id", "sort_key", "priority", "fairness_key", "concurrency_key")}
+
+
+def candidate_of(row: Any) -> Candidate:
+    """What `pick` needs of a job row whose columns are in Job field order (both stores' SELECT of a job)."""
+    a = _AT
+    return Candidate(row[a["id"]], row[a["sort_key"]], row[a["priority"]], row[a["fairness_key"]],
+                     row[a["concurrency_key"]])  # fmt: skip
+
+
+def keys_to_read(keys: list[Any], limits: QueueLimits, running: dict[str, int], rotation: Rotation,
+                 room: int) -> tuple[list[Any], int]:  # fmt: skip
+    """Of a queue's keys with jobs waiting, the ones a claim of `room` reads, and how many jobs of each:
+    a key at its concurrency limit is not read (in a queue that is not fair), and of very many keys,
+    the least served first (they are the ones a rotation would take)."""
+    if not limits.fair and limits.key_concurrency is not None:
+        keys = [k for k in keys if running.get(k, 0) < limits.key_concurrency]
+    shares = rotation.shares or {}
+    if len(keys) > 2 * room:
+        keys = sorted(keys, key=lambda k: shares[k].served if k in shares else rotation.vtime)[: 2 * room]
+    return keys, fetch_per_key(room, len(keys) + 1)
+
+
+def keyed_claim(queue: str, by_key: dict[Any, list[Any]], room: int, *, limits: QueueLimits,
+                running: dict[str, int], rotation: Rotation, now: float, aging: float) -> KeyedClaim:  # fmt: skip
+    """`pick` among the rows read for each key (None: jobs without one), as a KeyedClaim."""
+    if not limits.fair:  # a concurrency key is not a fairness group: every job competes in claim order
+        by_key = {
+            None: sorted(
+                (r for rows in by_key.values() for r in rows), key=lambda r: (r[_AT["sort_key"]], r[_AT["id"]])
+            )
+        }
+    candidates = {k: [candidate_of(r) for r in rows] for k, rows in by_key.items()}
+    row_of = {r[0]: r for rows in by_key.values() for r in rows}
+    picked = pick(candidates, room, limits=limits, key_running=running, rotation=rotation, now=now, aging=aging)
+    return KeyedClaim(queue, limits, rotation, picked, [row_of[p.id] for p in picked])
+
+
+def merge_keys(picked: list[Candidate]) -> list[tuple[float, int]]:
+    """Claim-order keys for jobs picked in rotation order, for merging them with other queues' jobs:
+    the picks' own keys sorted, handed out in pick order, so a claim that must cut the merge keeps
+    this queue's first picks (its rotation), not its oldest jobs."""
+    return sorted((c.sort_key, c.id) for c in picked)

@@ -100,6 +100,8 @@ class Job:
     spec_max_attempts: int = 3
     labels: dict[str, str] = field(default_factory=dict)  # an agent must have all of them
     traceparent: str | None = None  # W3C context of its submit: every step's span is its child (core/obs/tracing.py)
+    concurrency_key: str | None = None  # the queue's key_concurrency caps running jobs per key (core/flow.py)
+    fairness_key: str | None = None  # claims rotate between the keys of a priority (core/flow.py)
 
 
 def labels_text(labels: dict[str, str]) -> str:
@@ -205,6 +207,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "lease_expires_at": iso(job.lease_expires_at),
         "cancel_requested": job.cancel_requested,
         "labels": job.labels,
+        "concurrency_key": job.concurrency_key,
+        "fairness_key": job.fairness_key,
         "paused_from": job.paused_from,
         "last_error": job.last_error,
         "result": job.result,
@@ -501,6 +505,8 @@ def build_job(spec: dict[str, Any], now: float, policy: Policy) -> Job:
         fire_time=spec.get("fire_time"),
         labels=dict(spec.get("labels") or {}),
         traceparent=spec.get("traceparent"),
+        concurrency_key=spec.get("concurrency_key"),
+        fairness_key=spec.get("fairness_key"),
     )
 
 

@@ -116,6 +116,22 @@ def test_queues_rate_sets_a_rate_limit_per_minute_shows_it_and_none_lifts_it(job
     assert lifted.stdout.strip() == "queue rate-q: no rate limit", lifted.stdout
 
 
+def test_queues_keys_sets_the_per_key_limit_and_weights_and_submit_takes_the_keys(
+    jobdeck_process: ServerProcess,
+) -> None:
+    job = json.loads(jobdeck(jobdeck_process, "--json", "submit", "--queue", "keys-q", "--delay", "600",
+                             "--concurrency-key", "acme", "--fairness-key", "t1", "--", "true").stdout)  # fmt: skip
+    assert (job["concurrency_key"], job["fairness_key"]) == ("acme", "t1"), job
+    set_ = jobdeck(jobdeck_process, "queues", "keys", "keys-q", "2", "--weight", "gold=3")
+    assert set_.returncode == 0, set_.stderr
+    assert set_.stdout.strip() == ("queue keys-q: at most 2 jobs of one concurrency key run at once; claims rotate "
+                                   "between fairness keys (weights gold=3)"), set_.stdout  # fmt: skip
+    bad = jobdeck(jobdeck_process, "queues", "keys", "keys-q", "--weight", "gold=-1")
+    assert bad.returncode != 0 and "a weight is a positive number" in bad.stderr, bad
+    off = jobdeck(jobdeck_process, "queues", "keys", "keys-q", "none", "--fair", "off")
+    assert off.stdout.strip() == "queue keys-q: no per-key limit; no fair rotation (weights gold=3)", off.stdout
+
+
 def job_state(server: ServerProcess, job_id: int) -> str:
     return str(json.loads(jobdeck(server, "--json", "jobs", "show", str(job_id)).stdout)["job"]["state"])
 

@@ -49,6 +49,8 @@ class JobView(_Out):
     lease_expires_at: datetime | None
     cancel_requested: bool
     labels: dict[str, str]
+    concurrency_key: str | None
+    fairness_key: str | None
     paused_from: str | None
     last_error: str | None
     result: Any = Field(description="what the task returned (python tasks), else null")
@@ -158,6 +160,9 @@ class QueueView(_Out):
     concurrency: int | None
     rate_limit: float | None = Field(description="jobs started per second across all nodes; null: none")
     rate_burst: int | None = Field(description="starts the rate limit allows at once; null: the default")
+    key_concurrency: int | None = Field(description="jobs of one concurrency_key running at once; null: no limit")
+    fairness_weights: dict[str, float] | None = Field(description="fairness_key -> weight (default 1)")
+    fair: bool = Field(description="claims rotate between the fairness keys of its jobs")
     depth: int = Field(description="queued jobs")
     running: int
     scheduled: int = Field(description="jobs waiting for their time (scheduled, or failed and retrying)")
@@ -178,6 +183,9 @@ class QueueSettings(_Out):
     concurrency: int | None
     rate_limit: float | None
     rate_burst: int | None
+    key_concurrency: int | None
+    fairness_weights: dict[str, float] | None
+    fair: bool
 
 
 class ScheduleView(_Out):

@@ -171,6 +171,9 @@ def _epoch(dt: datetime | None, field: str = "time") -> float | None:
     return None if dt is None else check_time_range(dt, field)
 
 
+FlowKey = Annotated[Text, Field(min_length=1, max_length=200)]
+
+
 class JobTemplate(_Strict):
     """What a job is, without when it runs (used by schedules)."""
 
@@ -183,6 +186,12 @@ class JobTemplate(_Strict):
     timeout: float | None = Field(None, gt=0, le=30 * 86_400)
     tags: list[Annotated[Text, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=32)
     labels: Labels = Field(default_factory=dict, description="only agents with all these labels run the job")
+    concurrency_key: FlowKey | None = Field(
+        None, description="e.g. a customer id: the queue's key_concurrency caps how many jobs of one key run at once"
+    )
+    fairness_key: FlowKey | None = Field(
+        None, description="e.g. a tenant id: within a priority, the queue's claims rotate between keys"
+    )
 
     def to_spec(self) -> dict[str, Any]:
         """The plain dict the engine builds a job from."""
@@ -246,6 +255,7 @@ class ConcurrencyChange(_Strict):
 Concurrency = Annotated[int, Field(ge=0, le=1_000_000, strict=True), BeforeValidator(whole)]
 RatePerSecond = Annotated[float, Field(gt=0, le=RATE_MAX, allow_inf_nan=False, strict=True)]
 Burst = Annotated[int, Field(ge=1, le=1_000_000, strict=True), BeforeValidator(whole)]
+Weight = Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False, strict=True)]
 
 
 class QueueChange(_Strict):
@@ -263,11 +273,28 @@ class QueueChange(_Strict):
         description="starts the rate limit allows at once after a quiet spell; null: a tenth of a "
         "second's worth, at least 1",
     )
+    key_concurrency: Concurrency | None = Field(
+        None, description="how many jobs of one concurrency_key (e.g. a customer) run at once across all agents"
+    )
+    fairness_weights: dict[FlowKey, Weight] | None = Field(
+        None,
+        max_length=1000,
+        description="fairness_key -> weight (default 1): a key of weight 3 gets 3 starts "
+        "for every 1 of a key of weight 1 while both wait",
+    )
+    fair: bool = Field(
+        False,
+        description="rotate claims between fairness keys (left out: unchanged; the first job with a "
+        "fairness_key sets it)",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> QueueChange:
         if not self.model_fields_set:
-            raise ValueError("give at least one setting: concurrency, rate_limit or rate_burst")
+            raise ValueError(
+                "give at least one setting: concurrency, rate_limit, rate_burst, key_concurrency, "
+                "fairness_weights or fair"
+            )
         return self
 
     def changes(self) -> dict[str, Any]:

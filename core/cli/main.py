@@ -204,6 +204,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s.add_argument("rate", help="jobs per second (10, 0.5, 600/m, 100/h), or 'none' to remove the limit")
     s.add_argument("--burst", type=int, help="starts allowed at once (default: a tenth of a second's worth)")
+    s = qs.add_parser(
+        "keys",
+        help="per-key limits: jobs of one concurrency key at once, fairness weights",
+        description="LIMIT: at most this many jobs of one --concurrency-key (e.g. a customer) run at once, "
+        "over every node ('none' removes it). --weight KEY=N: a fairness key's share (default 1) while keys "
+        "wait together. --fair on|off: rotate claims between fairness keys (a job with --fairness-key turns "
+        "it on).",
+    )
+    s.add_argument("name")
+    s.add_argument("limit", nargs="?", help="jobs of one concurrency key at once, or 'none'")
+    s.add_argument("--weight", action="append", metavar="KEY=N", help="a fairness key's weight (repeatable)")
+    s.add_argument("--fair", choices=("on", "off"), help="rotate claims between fairness keys")
 
     sched = sub.add_parser("schedules", help="recurring and one-time schedules")
     sched.set_defaults(run=cmd_schedules)

@@ -88,7 +88,7 @@ def job_detail(data: dict[str, Any]) -> str:
 
 
 QUEUE_COLUMNS = (("name", 20), ("paused", 6), ("concurrency", 11), ("rate_limit", 10), ("rate_burst", 10),
-                 ("depth", 8), ("running", 8), ("scheduled", 9))  # fmt: skip
+                 ("key_concurrency", 15), ("fair", 4), ("depth", 8), ("running", 8), ("scheduled", 9))  # fmt: skip
 
 
 SCHEDULE_COLUMNS = (

@@ -72,7 +72,7 @@ def _job_spec(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {"task": task}
     if args.job_name:
         spec["name"] = args.job_name
-    for key in ("queue", "priority", "max_attempts", "timeout", "idempotency_key"):
+    for key in ("queue", "priority", "max_attempts", "timeout", "idempotency_key", "concurrency_key", "fairness_key"):
         if getattr(args, key, None) is not None:
             spec[key] = getattr(args, key)
     if args.tag:
@@ -119,6 +119,10 @@ def add_job_flags(p: argparse.ArgumentParser, name_flag: str = "--name") -> None
     p.add_argument(
         "--label", action="append", metavar="KEY=VALUE", help="only agents with this label run it (repeatable)"
     )
+    p.add_argument("--concurrency-key", dest="concurrency_key", metavar="KEY",
+                   help="e.g. a customer id: the queue's key limit caps its jobs of one key running at once")  # fmt: skip
+    p.add_argument("--fairness-key", dest="fairness_key", metavar="KEY",
+                   help="e.g. a tenant id: the queue's claims rotate between keys")  # fmt: skip
 
 
 async def run_remote(args: argparse.Namespace) -> int:
@@ -228,6 +232,17 @@ async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
             await c.queue_action(args.name, action),
             lambda q: f"queue {q['name']}: {'paused' if q['paused'] else 'running'}",
         )
+    elif action == "keys":
+        settings: dict[str, Any] = {}
+        if args.limit is not None:
+            settings["key_concurrency"] = _limit_arg(args.limit, "the key limit")
+        if args.weight:
+            settings["fairness_weights"] = {k: _weight(v) for k, v in _pairs(args.weight, "=", "--weight").items()}
+        if args.fair is not None:
+            settings["fair"] = args.fair == "on"
+        if not settings:
+            raise JobDeckError("say what to change: a LIMIT, --weight KEY=N, or --fair on|off")
+        show(args, await c.update_queue(args.name, **settings), keys_line)
     elif action == "rate":
         rate = parse_rate(args.rate)
         changes: dict[str, Any] = {"rate_limit": rate}
@@ -276,6 +291,35 @@ def rate_line(q: dict[str, Any], args: argparse.Namespace) -> str:
     burst = q["rate_burst"] if q["rate_burst"] is not None else default_burst(q["rate_limit"])
     undo = f"`{getattr(args, 'prog', 'jobdeck')} queues rate {q['name']} none` removes the limit"
     return f"queue {q['name']}: at most {rate_text(q['rate_limit'])} of its jobs start, {burst} at once ({undo})"
+
+
+def _limit_arg(text: str, what: str) -> int | None:
+    if text.lower() in ("none", "off", "unlimited"):
+        return None
+    if text.isdigit():
+        return int(text)
+    raise JobDeckError(f"{what} must be a number or 'none', not {text!r}")
+
+
+def _weight(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise JobDeckError(f"a weight is a positive number, not {text!r}", field="weight")
+    return value
+
+
+def keys_line(q: dict[str, Any]) -> str:
+    """A queue's per-key settings in one line."""
+    limit = q["key_concurrency"]
+    parts = [f"queue {q['name']}:", "no per-key limit" if limit is None else f"at most {limit} jobs of one "
+             "concurrency key run at once"]  # fmt: skip
+    parts.append("; claims rotate between fairness keys" if q["fair"] else "; no fair rotation")
+    if q["fairness_weights"]:
+        parts.append(" (weights " + ", ".join(f"{k}={v:g}" for k, v in sorted(q["fairness_weights"].items())) + ")")
+    return " ".join(parts[:2]) + "".join(parts[2:])
 
 
 def concurrency_line(q: dict[str, Any], args: argparse.Namespace) -> str:

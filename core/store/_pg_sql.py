@@ -23,6 +23,7 @@ JOB_TYPES: dict[str, str] = {
     "fire_time": "float8", "agent": "text", "lease_expires_at": "float8", "cancel_requested": "boolean",
     "paused_from": "text", "last_error": "text", "started_at": "float8", "finished_at": "float8",
     "result": "json", "spec_max_attempts": "integer", "labels": "text", "traceparent": "text",
+    "concurrency_key": "text", "fairness_key": "text",
 }  # fmt: skip
 JOB_COLUMNS = list(JOB_TYPES)  # the order of Job's fields
 ATTEMPT_TYPES: dict[str, str] = {
@@ -107,7 +108,7 @@ NEXT_JOB_IDS = "SELECT nextval($1::regclass) FROM generate_series(1, $2)"
 # Paused and limited queues (as committed now) are left to the per-queue claims below.
 _CLAIMABLE = "state = 'queued' AND (labels = '' OR string_to_array(labels, ',') <@ $1::text[])"
 # Held queues are those whose claims must count first (core.flow.QueueLimits.held).
-_HELD = "paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL"
+_HELD = "paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_concurrency IS NOT NULL OR fair"
 _NOT_HELD = f"queue NOT IN (SELECT name FROM queues WHERE {_HELD})"
 CLAIM_ANY = (
     f"{SELECT_JOB} WHERE {_CLAIMABLE} AND queue <> ALL($2::text[]) AND {_NOT_HELD} "
@@ -130,7 +131,10 @@ CLAIM_QUEUE = (
 # one index that gives their order (the only sort-free plan) wins whatever the statistics say.
 INDEX_ORDER_ONLY = "SET LOCAL enable_sort = off"
 INDEX_ORDER_ONLY_END = "SET LOCAL enable_sort TO DEFAULT"
-LIMITED_QUEUES = "SELECT name FROM queues WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL"
+LIMITED_QUEUES = (
+    "SELECT name FROM queues WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_concurrency IS NOT NULL "
+    "OR fair"
+)
 # A per-queue advisory lock, held to commit, makes count-then-claim atomic across nodes, so a
 # concurrency limit holds cluster-wide. Taken in name order (the subquery's), so two claimers
 # that need the same queues cannot deadlock. QUEUE_ROOMS runs after it, in a new snapshot.
@@ -139,6 +143,7 @@ LOCK_QUEUES = (
 )
 QUEUE_ROOMS = (
     "SELECT q.name, q.paused, q.concurrency, q.rate_limit, q.rate_burst, q.rate_tokens, q.rate_at, "
+    "q.key_concurrency, q.fairness_weights, q.fair, q.fair_vtime, "
     "(SELECT count(*) FROM jobs j WHERE j.state = 'running' AND j.queue = q.name) "
     "FROM queues q WHERE q.name = ANY($1::text[])"
 )
@@ -215,7 +220,7 @@ def job_row(j: Job) -> tuple[Any, ...]:
         j.idempotency_key, j.schedule_id, j.fire_time, j.agent, j.lease_expires_at, j.cancel_requested,
         j.paused_from, j.last_error, j.started_at, j.finished_at,
         None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts, labels_text(j.labels),
-        j.traceparent,
+        j.traceparent, j.concurrency_key, j.fairness_key,
     )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from core.model import Job, job_summary
 from core.store import _pg_sql as sql
 from core.store._pg_writer import PgTx
+from core.store.base import QUEUE_SETTING_COLUMNS, queue_settings_view
 from core.store.base import JobChanges as BaseJobChanges
 
 
@@ -42,6 +43,12 @@ async def insert_jobs(tx: PgTx, jobs: Sequence[Job], id_sequence: str) -> list[J
             made = [j for j in jobs if j.id in inserted]
     for j in made:
         tx.emit("job.created", j.id, j.queue, {"job": job_summary(j)})
+    fair = sorted({j.queue for j in made if j.fairness_key is not None})
+    if fair:  # a job with a fairness key makes its queue rotate between keys (once: then it is fair)
+        cols = ", ".join(QUEUE_SETTING_COLUMNS)
+        for r in await c.fetch(f"UPDATE queues SET fair = true WHERE name = ANY($1::text[]) AND NOT fair "
+                               f"RETURNING name, {cols}", fair):  # fmt: skip
+            tx.emit("queue.updated", None, r[0], {"queue": queue_settings_view(r[0], tuple(r[1:]))})
     return made
 
 

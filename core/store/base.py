@@ -125,7 +125,17 @@ def queue_settings_view(name: str, row: Sequence[Any]) -> dict[str, Any]:
     """A queue's name and settings from a row of QUEUE_SETTING_COLUMNS."""
     view = {"name": name, **dict(zip(QUEUE_SETTING_COLUMNS, row, strict=True))}
     view["paused"] = bool(view["paused"])
+    view["fair"] = bool(view["fair"])
+    if isinstance(view["fairness_weights"], str):
+        view["fairness_weights"] = orjson.loads(view["fairness_weights"])
     return view
+
+
+def queue_db_value(name: str, value: Any) -> Any:
+    """A queue setting as the queues table keeps it (the weights as JSON text)."""
+    if name == "fairness_weights":
+        return None if value is None else orjson.dumps(value).decode()
+    return value
 
 
 def queue_view(name: str, row: Sequence[Any], by_state: dict[str, int]) -> dict[str, Any]:

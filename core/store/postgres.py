@@ -21,9 +21,10 @@ import asyncpg
 
 from core.config import masked_url
 from core.errors import JobDeckError, NotFound, Unavailable
-from core.flow import UNLIMITED, Bucket, QueueLimits, claim_room
+from core.flow import UNLIMITED, Bucket, KeyedClaim, QueueLimits, claim_room, merge_keys
 from core.model import Job, Policy, decide_cancel, decide_claim, decide_promote, decide_release, utcnow
 from core.schedule import FirePlan, Run, Schedule, run_to_release, schedule_to_dict
+from core.store import _pg_flow as flow_sql
 from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
 from core.store import audit
@@ -41,6 +42,7 @@ from core.store.base import (
     EventFilter,
     JobFilter,
     apply_decisions,
+    queue_db_value,
     queue_event,
     queue_settings_view,
     split_by_idempotency,
@@ -345,17 +347,20 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
             capped = sorted(q for q in set(req.caps) | self._limited if takeable(q))
             rooms = {q: min(req.limit, req.caps.get(q, req.limit)) for q in capped}
             buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
+            by_key: dict[str, tuple[QueueLimits, float]] = {}
             if capped:
                 await c.execute(sql.LOCK_QUEUES, capped)
-                for name, paused, concurrency, rate, burst, tokens, at, running in await c.fetch(
-                    sql.QUEUE_ROOMS, capped
-                ):
-                    limits = QueueLimits(paused, concurrency, rate, burst)
+                for r in await c.fetch(sql.QUEUE_ROOMS, capped):
+                    name, paused, concurrency, rate, burst, tokens, at, kc, weights, fair, vtime, running = r
+                    limits = QueueLimits(paused, concurrency, rate, burst, kc, sql.loads(weights), fair)
                     rooms[name] = claim_room(limits, running, Bucket(tokens, at), now, rooms[name])
                     if rate is not None:
                         buckets[name] = (limits, Bucket(tokens, at))
+                    if limits.by_key:
+                        by_key[name] = (limits, vtime)
             skip = sorted(set(req.paused) | set(req.caps) | set(capped))
             rows: list[asyncpg.Record] = []
+            keyed: list[KeyedClaim] = []
             await c.execute(sql.INDEX_ORDER_ONLY)
             try:
                 if req.queues is None:
@@ -363,17 +368,31 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
                 elif allowed := sorted(req.queues - set(skip)):
                     rows = await c.fetch(sql.CLAIM_IN, offered, allowed, req.limit)
                 for q, room in rooms.items():
-                    if room > 0:
+                    if room > 0 and q in by_key:
+                        limits, vtime = by_key[q]
+                        aging = self.policy.aging_seconds_per_priority
+                        keyed.append(await flow_sql.pick_rows(c, q, limits, vtime, offered, room, now, aging))
+                    elif room > 0:
                         rows += await c.fetch(sql.CLAIM_QUEUE, offered, [q], room)
             finally:
                 await c.execute(sql.INDEX_ORDER_ONLY_END)
+            if keyed:  # picks keep their rotation's order in the merge (core.flow.merge_keys)
+                ordered = [((r[5], r[0]), r) for r in rows]
+                ordered += [kr for k in keyed for kr in zip(merge_keys(k.picked), k.rows, strict=True)]
+                ordered.sort(key=lambda kr: kr[0])
+                rows = [r for _, r in ordered]
             jobs = sql.to_jobs(rows)
             if rooms:
-                jobs.sort(key=lambda j: (j.sort_key, j.id))
+                if not keyed:
+                    jobs.sort(key=lambda j: (j.sort_key, j.id))
                 del jobs[req.limit :]  # the rows cut here stay locked until commit; others skip them meanwhile
             applier = JobChanges(tx)
             claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in jobs]
             await applier.flush()
+            if keyed:
+                ids = {j.id for j in claimed}
+                for k in keyed:
+                    await flow_sql.record(c, k, ids, now)
             if buckets:
                 started = Counter(j.queue for j in claimed)
                 after = {q: b.take(limits, now, started[q]) for q, (limits, b) in buckets.items()}
@@ -464,7 +483,7 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
             refill = ", rate_tokens = NULL, rate_at = NULL" if {"rate_limit", "rate_burst"} & set(changes) else ""
             await c.execute(
                 f"UPDATE queues SET {sets}{refill}, updated_at = ${n + 1} WHERE name = ${n + 2}",
-                *(view[k] for k in QUEUE_SETTING_COLUMNS),
+                *(queue_db_value(k, view[k]) for k in QUEUE_SETTING_COLUMNS),
                 now,
                 name,
             )
@@ -490,6 +509,14 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
         if row is None:
             return UNLIMITED, 0, Bucket(None, None)
         return QueueLimits.of(queue_settings_view(name, tuple(row[:n]))), int(row[n + 2]), Bucket(row[n], row[n + 1])
+
+    async def key_running(self, name: str, keys: Sequence[str]) -> dict[str, int]:
+        """How many jobs of each concurrency key run in a queue (for `waiting_for`)."""
+        rows = await self._fetch(
+            "SELECT concurrency_key, count(*) FROM jobs WHERE state = 'running' AND queue = $1 "
+            "AND concurrency_key = ANY($2::text[]) GROUP BY concurrency_key", name, list(keys),
+        )  # fmt: skip
+        return {r[0]: int(r[1]) for r in rows}
 
     # -- schedules
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import orjson
 
 from core.errors import JobDeckError, NotFound, Unavailable
-from core.flow import UNLIMITED, Bucket, QueueLimits
+from core.flow import UNLIMITED, Bucket, KeyedClaim, QueueLimits, merge_keys
 from core.model import (
     Job,
     Policy,
@@ -32,6 +32,7 @@ from core.model import (
 )
 from core.schedule import FirePlan, Run, Schedule, SchedulePolicy, run_to_release, schedule_to_dict
 from core.store import audit
+from core.store._sqlite_flow import pick_rows, record
 from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
 from core.store.archive import SQLiteArchive
 from core.store.audit import AuditFilter
@@ -45,6 +46,7 @@ from core.store.base import (
     JobChanges,
     JobFilter,
     apply_decisions,
+    queue_db_value,
     queue_event,
     queue_settings_view,
     queue_view,
@@ -71,7 +73,7 @@ JOB_COLUMNS = (
     "id", "name", "queue", "state", "priority", "sort_key", "run_at", "created_at", "updated_at", "attempt",
     "max_attempts", "backoff_base", "backoff_cap", "timeout", "task", "tags", "idempotency_key", "schedule_id",
     "fire_time", "agent", "lease_expires_at", "cancel_requested", "paused_from", "last_error", "started_at",
-    "finished_at", "result", "spec_max_attempts", "labels", "traceparent",
+    "finished_at", "result", "spec_max_attempts", "labels", "traceparent", "concurrency_key", "fairness_key",
 )  # fmt: skip
 _SELECT_JOB = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
 _INSERT_JOB = f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
@@ -95,7 +97,10 @@ CLAIM_QUEUE = (
     "AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id LIMIT ?"
 )
 # Every queue, with its rate bucket (a claim walks each takeable one; core/flow.py spends the bucket).
-CLAIM_QUEUES = "SELECT name, rate_limit, rate_burst, rate_tokens, rate_at FROM queues"
+CLAIM_QUEUES = (
+    "SELECT name, rate_limit, rate_burst, rate_tokens, rate_at, key_concurrency, fairness_weights, fair, fair_vtime "
+    "FROM queues"
+)
 PROMOTE_DUE = (
     "SELECT id FROM jobs INDEXED BY jobs_due WHERE state IN ('scheduled', 'failed') AND run_at <= ? "
     "ORDER BY run_at LIMIT ?"
@@ -230,7 +235,7 @@ def _job_row(j: Job) -> tuple[Any, ...]:
         j.idempotency_key, j.schedule_id, j.fire_time, j.agent, j.lease_expires_at, int(j.cancel_requested),
         j.paused_from, j.last_error, j.started_at, j.finished_at,
         None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts, labels_text(j.labels),
-        j.traceparent,
+        j.traceparent, j.concurrency_key, j.fairness_key,
     )  # fmt: skip
 
 
@@ -297,6 +302,13 @@ def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
     )
     for j in jobs:
         tx.emit("job.created", j.id, j.queue, {"job": job_summary(j)})
+    fair = sorted({j.queue for j in jobs if j.fairness_key is not None})
+    if fair:  # a job with a fairness key makes its queue rotate between keys (once: then it is fair)
+        cols = ", ".join(QUEUE_SETTING_COLUMNS)
+        for q in fair:
+            if tx.conn.execute("UPDATE queues SET fair = 1 WHERE name = ? AND fair = 0", (q,)).rowcount:
+                row = tx.conn.execute(f"SELECT {cols} FROM queues WHERE name = ?", (q,)).fetchone()
+                tx.emit("queue.updated", None, q, {"queue": queue_settings_view(q, row)})
 
 
 MERGE_NAMES = 200  # distinct names in a prefix up to which a page merges one walk of jobs_name per name
@@ -571,23 +583,41 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
         def op(tx: Tx) -> list[Job]:
             c = tx.conn
             labels = labels_text(req.labels)
-            walks = []
+            walks: list[Any] = []
             buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
-            for queue, rate, burst, tokens, at in c.execute(CLAIM_QUEUES).fetchall():
+            keyed: list[KeyedClaim] = []
+            for queue, rate, burst, tokens, at, kc, weights, fair, vtime in c.execute(CLAIM_QUEUES).fetchall():
                 if queue in req.paused or (req.queues is not None and queue not in req.queues):
                     continue
                 room = min(req.caps.get(queue, req.limit), req.limit)
                 if rate is not None:
                     buckets[queue] = (QueueLimits(rate_limit=rate, rate_burst=burst), Bucket(tokens, at))
                     room = min(room, buckets[queue][1].room(buckets[queue][0], now))
-                if room > 0:
+                if room <= 0:
+                    continue
+                if kc is None and not fair:
                     walks.append(c.execute(CLAIM_QUEUE, (queue, labels, room)))
-            rows = list(islice(heapq.merge(*walks, key=lambda r: (r[5], r[0])), req.limit))
+                    continue
+                limits = QueueLimits(key_concurrency=kc, fairness_weights=_loads(weights), fair=bool(fair))
+                aging = self.policy.aging_seconds_per_priority
+                keyed.append(pick_rows(c, _SELECT_JOB, queue, limits, vtime, labels, room, now, aging))
+            if keyed:  # picks keep their rotation's order in the merge (core.flow.merge_keys)
+                plain = [((r[5], r[0]), r) for w in walks for r in w]
+                plain.sort(key=lambda kr: kr[0])
+                picks = [list(zip(merge_keys(k.picked), k.rows, strict=True)) for k in keyed]
+                merged = heapq.merge(plain, *picks, key=lambda kr: kr[0])
+                rows = [r for _, r in islice(merged, req.limit)]
+            else:
+                rows = list(islice(heapq.merge(*walks, key=lambda r: (r[5], r[0])), req.limit))
             for walk in walks:
                 walk.close()
             applier = _Applier(tx)
             claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in map(_job, rows)]
             applier.flush()
+            if keyed:
+                ids = {j.id for j in claimed}
+                for k in keyed:
+                    record(c, k, ids, now)
             if buckets:
                 started = Counter(j.queue for j in claimed)
                 for queue, (limits, bucket) in buckets.items():
@@ -673,7 +703,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
             refill = ", rate_tokens = NULL, rate_at = NULL" if {"rate_limit", "rate_burst"} & set(changes) else ""
             tx.conn.execute(
                 f"UPDATE queues SET {sets}{refill}, updated_at = ? WHERE name = ?",
-                (*(_db_value(k, view[k]) for k in QUEUE_SETTING_COLUMNS), now, name),
+                (*(_db_value(k, queue_db_value(k, view[k])) for k in QUEUE_SETTING_COLUMNS), now, name),
             )
             tx.emit(queue_event(changes), None, name, {"queue": view})
             return view
@@ -700,6 +730,13 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
             return QueueLimits.of(queue_settings_view(name, row[:n])), int(running[0]), Bucket(row[n], row[n + 1])
 
         return await self._read(q)
+
+    async def key_running(self, name: str, keys: Sequence[str]) -> dict[str, int]:
+        """How many jobs of each concurrency key run in a queue (for `waiting_for`)."""
+        sql = ("SELECT concurrency_key, count(*) FROM jobs INDEXED BY jobs_running_key WHERE state = 'running' "
+               f"AND concurrency_key IS NOT NULL AND queue = ? AND concurrency_key IN ({', '.join('?' * len(keys))}) "
+               "GROUP BY concurrency_key")  # fmt: skip
+        return await self._read(lambda c: dict(c.execute(sql, (name, *keys)).fetchall()))
 
     # -- schedules
 

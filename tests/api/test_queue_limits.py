@@ -35,7 +35,8 @@ async def test_bad_queue_settings_are_a_422_naming_the_field_and_change_nothing(
     refused(await http.patch("/v1/queues/nope", json={"rate_limit": 5}), "queue", "no queue named", status=404)
     assert [q for q in await running.client.queues() if q["name"] == "mail"] == before, "a refused change changed it"
     ok = await running.client.update_queue("mail", rate_limit=2.5, rate_burst=4)
-    assert ok == {"name": "mail", "paused": False, "concurrency": None, "rate_limit": 2.5, "rate_burst": 4}
+    assert ok == {"name": "mail", "paused": False, "concurrency": None, "rate_limit": 2.5, "rate_burst": 4,
+                  "key_concurrency": None, "fairness_weights": None, "fair": False}  # fmt: skip
     [q] = [q for q in await running.client.queues() if q["name"] == "mail"]
     assert (q["rate_limit"], q["rate_burst"]) == (2.5, 4)
     left = await running.client.update_queue("mail", concurrency=3)
@@ -72,3 +73,38 @@ async def test_waiting_for_names_the_rate_limit_and_clears_when_it_is_lifted(run
     await c.update_queue("slow", rate_limit=None)
     done = await c.wait_for(held["id"], timeout=30)
     assert done["state"] == "succeeded", done
+
+
+async def test_keys_are_validated_and_a_per_key_limit_says_which_key_waits(
+    running: RunningNode, http: httpx.AsyncClient
+) -> None:
+    c = running.client
+    refused(await http.post("/v1/jobs", json={"task": NOOP, "concurrency_key": ""}), "concurrency_key")
+    refused(await http.post("/v1/jobs", json={"task": NOOP, "fairness_key": "x" * 201}), "fairness_key")
+    refused(await http.post("/v1/jobs", json={"task": NOOP, "fairness_key": 7}), "fairness_key")
+    refused(await http.patch("/v1/queues/default", json={"key_concurrency": "2"}), "key_concurrency")
+    refused(await http.patch("/v1/queues/default", json={"fairness_weights": {"a": 0}}), "fairness_weights.a")
+    refused(await http.patch("/v1/queues/default", json={"fair": "yes"}), "fair")
+    await c.submit({"task": NOOP, "queue": "cust", "delay": 3600})
+    ok = await c.update_queue("cust", key_concurrency=1, fairness_weights={"gold": 2.5})
+    assert (ok["key_concurrency"], ok["fairness_weights"], ok["fair"]) == (1, {"gold": 2.5}, False), ok
+    sleeper = {"kind": "python", "function": "agents.builtin:sleep", "args": [30]}
+    first = await c.submit({"task": sleeper, "queue": "cust", "concurrency_key": "acme", "timeout": 60})
+    await c.wait_for(first["id"], states=("running",), timeout=30)
+    second = await c.submit({"task": NOOP, "queue": "cust", "concurrency_key": "acme"})
+    other = await c.submit({"task": NOOP, "queue": "cust", "concurrency_key": "globex"})
+    assert (await c.wait_for(other["id"], timeout=30))["state"] == "succeeded", "another key is not held"
+    held = await c.get_job(second["id"])
+    assert held["state"] == "queued" and held["concurrency_key"] == "acme", held
+    assert held["waiting_for"] == "concurrency key 'acme' of queue 'cust' is at its limit: 1 of 1 running", held
+    await c.job_action(first["id"], "cancel")
+    assert (await c.wait_for(second["id"], timeout=30))["state"] == "succeeded", "it starts once acme's job ends"
+
+
+async def test_a_fairness_key_makes_its_queue_fair_and_shows_on_the_job(running: RunningNode) -> None:
+    c = running.client
+    job = await c.submit({"task": NOOP, "queue": "tenants", "fairness_key": "t-1"})
+    assert job["fairness_key"] == "t-1"
+    [q] = [q for q in await c.queues() if q["name"] == "tenants"]
+    assert q["fair"] is True, q
+    assert (await c.wait_for(job["id"], timeout=30))["state"] == "succeeded"

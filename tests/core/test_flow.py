@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.flow import Bucket, QueueLimits, claim_room, default_burst, waiting_reason
+from core.flow import Bucket, Candidate, QueueLimits, Rotation, Share, claim_room, default_burst, pick, waiting_reason
 
 FULL = Bucket(None, None)
 
@@ -64,3 +66,49 @@ def test_starts_never_exceed_rate_times_time_plus_burst(
         b = b.take(lim, now, n)
         started += n
         assert started <= burst + rate * now + 1e-6, (started, burst, rate, now)
+
+
+def _cands(key: str | None, n: int, start: float = 0.0, ck: str | None = None, priority: int = 0) -> list[Candidate]:
+    return [Candidate(int(start * 1000) + i, start + i, priority, key, ck if ck else key) for i in range(n)]
+
+
+@given(
+    sizes=st.lists(st.integers(0, 30), min_size=1, max_size=6),
+    room=st.integers(0, 60),
+    limit=st.integers(0, 5),
+    fair=st.booleans(),
+)
+def test_pick_never_exceeds_the_room_or_a_key_limit_and_takes_each_job_once(
+    sizes: list[int], room: int, limit: int, fair: bool
+) -> None:
+    cands: dict[str | None, list[Candidate]] = {f"k{i}": _cands(f"k{i}", n, i * 100.0) for i, n in enumerate(sizes)}
+    lim = QueueLimits(key_concurrency=limit, fair=fair)
+    running = {"k0": min(limit, 1)}
+    got = pick(cands, room, limits=lim, key_running=running, rotation=Rotation(), now=1e6, aging=60.0)
+    assert len(got) <= room and len({c.id for c in got}) == len(got)
+    per_key = {k: sum(1 for c in got if c.concurrency_key == k) + running.get(k, 0) for k in cands if k}
+    assert all(n <= limit for n in per_key.values()), per_key
+    room_left = sum(min(n, limit - running.get(f"k{i}", 0)) for i, n in enumerate(sizes))
+    assert len(got) == min(room, room_left), "it takes all it may: no slot left idle while a job could use it"
+
+
+def test_rotation_alternates_and_weights_divide_the_starts() -> None:
+    cands: dict[str | None, list[Candidate]] = {"a": _cands("a", 50), "b": _cands("b", 50, 1000.0)}
+    rot = Rotation()
+    got = pick(cands, 6, limits=QueueLimits(fair=True), key_running={}, rotation=rot, now=2000.0, aging=60.0)
+    assert [c.fairness_key for c in got] == ["a", "b"] * 3, "b's newer jobs are not behind a's backlog"
+    assert not rot.shares and rot.vtime == 0.0, "pick is pure: charge records what was claimed"
+    heavy = QueueLimits(fair=True, fairness_weights={"b": 3.0})
+    got = pick(cands, 8, limits=heavy, key_running={}, rotation=Rotation(), now=2000.0, aging=60.0)
+    assert Counter(c.fairness_key for c in got) == {"b": 6, "a": 2}
+
+
+def test_a_key_that_waited_climbs_a_band_per_aging_period() -> None:
+    urgent = {"hi": _cands("hi", 10, 1000.0, priority=2), "lo": _cands("lo", 1, 1000.0, priority=0)}
+    got = pick(urgent, 3, limits=QueueLimits(fair=True), key_running={}, rotation=Rotation(), now=1000.0,
+               aging=60.0)  # fmt: skip
+    assert [c.fairness_key for c in got] == ["hi"] * 3, "priority 2 before priority 0"
+    shares = {"hi": Share(5.0, 1000.0 + 200)}  # hi started a job a moment ago; lo has waited 200 s (> 2 bands)
+    got = pick(urgent, 1, limits=QueueLimits(fair=True), key_running={}, rotation=Rotation(0.0, shares),
+               now=1200.0, aging=60.0)  # fmt: skip
+    assert [c.fairness_key for c in got] == ["lo"], "3 bands of waiting lift priority 0 over a busy priority 2"

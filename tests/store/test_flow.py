@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
 
-from core.model import utcnow
-from tests.store.conftest import StoreKit
+from core.model import RunResult, decide_finish, utcnow
+from tests.store.conftest import POLICY, StoreKit
 from tests.store.test_conformance import claim, submit, two_nodes
 
 
@@ -84,3 +85,94 @@ async def test_two_nodes_share_one_rate_limit(kit: StoreKit) -> None:
     total = taken["n1"] + taken["n2"]
     assert total <= 5 + 50 * 1.99 + 1e-6, f"two nodes together started {total}: over the shared limit ({taken})"
     assert total >= 5 + 50 * 1.99 - 2, f"only {total} started: the nodes wasted tokens ({taken})"
+
+
+# ------------------------------------------------------------------ per-key concurrency
+
+
+async def finish(s: Any, jobs: list[Any], now: float) -> None:
+    await s.change_jobs({j.id: (lambda j: decide_finish(j, RunResult(j.id, j.attempt, "succeeded"), now, POLICY))
+                         for j in jobs})  # fmt: skip
+
+
+async def test_a_per_key_limit_caps_each_key_and_leaves_jobs_without_a_key_alone(kit: StoreKit) -> None:
+    s, t0 = kit.store, utcnow()
+    specs = [{"queue": "cust", "concurrency_key": k} for k in "AAAAABBBBB"] + [{"queue": "cust"}] * 2
+    await submit(s, *specs, now=t0)
+    await s.update_queue("cust", {"key_concurrency": 2}, t0)
+    first = await s.claim_jobs(claim(), t0)
+    assert sorted(str(j.concurrency_key) for j in first) == ["A", "A", "B", "B", "None", "None"], first
+    assert await s.claim_jobs(claim(), t0) == [], "both keys are at their limit of 2"
+    await finish(s, [j for j in first if j.concurrency_key == "A"][:1], t0)
+    [next_a] = await s.claim_jobs(claim(), t0)
+    assert next_a.concurrency_key == "A", "a finished A makes room for one more A, and only A"
+    assert await s.key_running("cust", ["A", "B"]) == {"A": 2, "B": 2}
+
+
+async def test_a_key_with_a_huge_backlog_at_its_limit_does_not_hide_the_keys_behind_it(kit: StoreKit) -> None:
+    s, t0 = kit.store, utcnow()
+    await submit(s, *([{"queue": "cust", "concurrency_key": "big"}] * 2000), now=t0)
+    await submit(s, {"queue": "cust", "concurrency_key": "small"}, now=t0 + 1)
+    await s.update_queue("cust", {"key_concurrency": 1}, t0)
+    got = await s.claim_jobs(claim(), t0 + 2)
+    assert sorted(str(j.concurrency_key) for j in got) == ["big", "small"], [j.concurrency_key for j in got]
+
+
+@two_nodes
+async def test_two_nodes_keep_a_per_key_limit_between_them(kit: StoreKit) -> None:
+    other = await kit.another()
+    t0 = utcnow()
+    await submit(kit.store, *({"queue": "cust", "concurrency_key": k} for k in "ABC" * 20), now=t0)
+    await kit.store.update_queue("cust", {"key_concurrency": 3}, t0)
+    got = await asyncio.gather(*(st.claim_jobs(claim(n, limit=4), t0) for st, n in
+                                 [(kit.store, "n1"), (other, "n2")] * 3))  # fmt: skip
+    per_key = Counter(j.concurrency_key for batch in got for j in batch)
+    assert per_key == {"A": 3, "B": 3, "C": 3}, f"limit 3 per key across nodes, got {dict(per_key)}"
+
+
+# ------------------------------------------------------------------ fair share
+
+
+async def test_claims_rotate_between_fairness_keys_so_a_flood_does_not_delay_a_small_tenant(kit: StoreKit) -> None:
+    s, t0 = kit.store, utcnow()
+    await submit(s, *([{"queue": "t", "fairness_key": "A"}] * 300), now=t0)
+    order = [j.fairness_key for _ in range(10) for j in await s.claim_jobs(claim(limit=1), t0 + 1)]
+    assert order == ["A"] * 10, "alone, A takes every claim"
+    await submit(s, *([{"queue": "t", "fairness_key": "B"}] * 10), now=t0 + 2)
+    order = [j.fairness_key for _ in range(20) for j in await s.claim_jobs(claim(limit=1), t0 + 3)]
+    assert order == ["B", "A"] * 10 or order == ["A", "B"] * 10, f"A's 290 waiting must not hold B back: {order}"
+    batch = await s.claim_jobs(claim(limit=10), t0 + 4)
+    assert [j.fairness_key for j in batch] == ["A"] * 10, "B is done: A has the queue again"
+    [q] = [q for q in await s.list_queues() if q["name"] == "t"]
+    assert q["fair"] is True, q
+
+
+async def test_a_batch_claim_is_shared_between_keys_and_weights_divide_it(kit: StoreKit) -> None:
+    s, t0 = kit.store, utcnow()
+    await submit(s, *([{"queue": "t", "fairness_key": "gold"}] * 200), now=t0)
+    await submit(s, *([{"queue": "t", "fairness_key": "free"}] * 200), now=t0 + 1)
+    batch = await s.claim_jobs(claim(limit=20), t0 + 2)
+    assert Counter(j.fairness_key for j in batch) == {"gold": 10, "free": 10}
+    await s.update_queue("t", {"fairness_weights": {"gold": 3}}, t0 + 2)
+    taken = Counter([j.fairness_key for _ in range(40) for j in await s.claim_jobs(claim(limit=1), t0 + 3)])
+    assert taken == {"gold": 30, "free": 10}, f"weight 3 against 1: 3 starts for every 1, got {dict(taken)}"
+
+
+async def test_a_higher_priority_goes_first_in_a_fair_queue(kit: StoreKit) -> None:
+    s, t0 = kit.store, utcnow()
+    await submit(s, *([{"queue": "t", "fairness_key": "A"}] * 5), now=t0)
+    [urgent] = await submit(s, {"queue": "t", "fairness_key": "A", "priority": 5}, now=t0 + 1)
+    await submit(s, *([{"queue": "t", "fairness_key": "B"}] * 5), now=t0 + 1)
+    first = await s.claim_jobs(claim(limit=1), t0 + 2)
+    assert [j.id for j in first] == [urgent.id], "priority 5 beats the rotation, whatever the key"
+
+
+async def test_a_key_back_from_idle_shares_from_now_on_it_saved_no_credit(kit: StoreKit) -> None:
+    s, t0 = kit.store, utcnow()
+    await submit(s, {"queue": "t", "fairness_key": "B"}, now=t0)
+    assert len(await s.claim_jobs(claim(), t0)) == 1
+    await submit(s, *([{"queue": "t", "fairness_key": "A"}] * 50), now=t0 + 1)
+    assert len(await s.claim_jobs(claim(limit=30), t0 + 2)) == 30, "A alone for 30 starts"
+    await submit(s, *([{"queue": "t", "fairness_key": "B"}] * 10), now=t0 + 3)
+    order = [j.fairness_key for _ in range(6) for j in await s.claim_jobs(claim(limit=1), t0 + 4)]
+    assert Counter(order) == {"A": 3, "B": 3}, f"B, idle while A ran 30, must not get 30 in a row: {order}"
