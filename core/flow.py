@@ -12,6 +12,7 @@ writer), so every limit holds across every node, exactly. Nothing in this module
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -207,37 +208,42 @@ def pick(
     trial = Rotation(rotation.vtime, dict(rotation.shares or {}))
     pos = dict.fromkeys(candidates, 0)
     picked: list[Candidate] = []
+    heap: list[tuple[Any, ...]] = []  # one entry per group: its next job, ranked (a heap: O(room log keys))
 
-    def next_of(k: str | None) -> Candidate | None:
+    def push(k: str | None) -> None:
         items = candidates[k]
         while pos[k] < len(items):
             c = items[pos[k]]
             ck = c.concurrency_key
             if limits.key_concurrency is None or ck is None or running.get(ck, 0) < limits.key_concurrency:
-                return c
+                break
             pos[k] += 1  # its concurrency key is full: this job waits for another claim
-        return None
-
-    def order(kc: tuple[str | None, Candidate]) -> tuple[int, float, float, int]:
-        k, c = kc
-        share = (trial.shares or {}).get(k or "")
-        served = max(share.served if share else trial.vtime, trial.vtime)
-        return (-band(c, share.last_at if share else None, now, aging), served, c.sort_key, c.id)
-
-    while len(picked) < room:
-        heads = [(k, c) for k in candidates if (c := next_of(k)) is not None]
-        if not heads:
-            break
-        if limits.fair:
-            k, c = min(heads, key=order)
         else:
-            k, c = min(heads, key=lambda kc: (kc[1].sort_key, kc[1].id))
+            return
+        if limits.fair:
+            share = (trial.shares or {}).get(k or "")
+            served = max(share.served if share else trial.vtime, trial.vtime)
+            rank: tuple[Any, ...] = (-band(c, share.last_at if share else None, now, aging), served, c.sort_key, c.id)
+        else:
+            rank = (c.sort_key, c.id)
+        heapq.heappush(heap, (*rank, k))
+
+    for k in candidates:
+        push(k)
+    while heap and len(picked) < room:
+        k = heapq.heappop(heap)[-1]
+        c = candidates[k][pos[k]]
+        ck = c.concurrency_key
+        if limits.key_concurrency is not None and ck is not None and running.get(ck, 0) >= limits.key_concurrency:
+            push(k)  # another group's pick filled this key meanwhile: look again
+            continue
         pos[k] += 1
         picked.append(c)
-        if c.concurrency_key is not None:
-            running[c.concurrency_key] = running.get(c.concurrency_key, 0) + 1
+        if ck is not None:
+            running[ck] = running.get(ck, 0) + 1
         if limits.fair:
             charge(trial, [c], limits, now)
+        push(k)
     return picked
 
 
