@@ -11,13 +11,10 @@ writer), so every limit holds across every node, exactly. Nothing in this module
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 from dataclasses import dataclass
 from typing import Any
-
-from core.model import Job
 
 #: The queue settings an operator changes (the `queues` columns of the same names), with their defaults.
 SETTINGS: dict[str, Any] = {"paused": False, "concurrency": None, "rate_limit": None, "rate_burst": None,
@@ -209,6 +206,11 @@ def pick(
     pos = dict.fromkeys(candidates, 0)
     picked: list[Candidate] = []
     heap: list[tuple[Any, ...]] = []  # one entry per group: its next job, ranked (a heap: O(room log keys))
+    shares: dict[str, Share] = trial.shares  # type: ignore[assignment]
+    weights = limits.fairness_weights or {}
+
+    def step(name: str) -> float:
+        return 1.0 / max(weights.get(name, 1.0), 1e-6)
 
     def push(k: str | None) -> None:
         items = candidates[k]
@@ -221,7 +223,7 @@ def pick(
         else:
             return
         if limits.fair:
-            share = (trial.shares or {}).get(k or "")
+            share = shares.get(k or "")
             served = max(share.served if share else trial.vtime, trial.vtime)
             rank: tuple[Any, ...] = (-band(c, share.last_at if share else None, now, aging), served, c.sort_key, c.id)
         else:
@@ -241,8 +243,12 @@ def pick(
         picked.append(c)
         if ck is not None:
             running[ck] = running.get(ck, 0) + 1
-        if limits.fair:
-            charge(trial, [c], limits, now)
+        if limits.fair:  # charge() for one start, inline: this loop runs once per job claimed
+            name = k or ""
+            share = shares.get(name)
+            start = share.served if share is not None and share.served > trial.vtime else trial.vtime
+            trial.vtime = start
+            shares[name] = Share(start + step(name), now)
         push(k)
     return picked
 
@@ -279,15 +285,8 @@ class KeyedClaim:
     rows: list[Any]
 
 
-_FIELDS = [f.name for f in dataclasses.fields(Job)]
-_AT = {name: _FIELDS.index(name) for name in ("id", "sort_key", "priority", "fairness_key", "concurrency_key")}
-
-
-def candidate_of(row: Any) -> Candidate:
-    """What `pick` needs of a job row whose columns are in Job field order (both stores' SELECT of a job)."""
-    a = _AT
-    return Candidate(row[a["id"]], row[a["sort_key"]], row[a["priority"]], row[a["fairness_key"]],
-                     row[a["concurrency_key"]])  # fmt: skip
+#: The columns of a candidate, in Candidate's order: what a claim reads of each key's next jobs.
+CANDIDATE_COLUMNS = "id, sort_key, priority, fairness_key, concurrency_key"
 
 
 def keys_to_read(keys: list[Any], limits: QueueLimits, running: dict[str, int], rotation: Rotation,
@@ -305,17 +304,13 @@ def keys_to_read(keys: list[Any], limits: QueueLimits, running: dict[str, int], 
 
 def keyed_claim(queue: str, by_key: dict[Any, list[Any]], room: int, *, limits: QueueLimits,
                 running: dict[str, int], rotation: Rotation, now: float, aging: float) -> KeyedClaim:  # fmt: skip
-    """`pick` among the rows read for each key (None: jobs without one), as a KeyedClaim."""
+    """`pick` among the rows (CANDIDATE_COLUMNS) read for each key (None: jobs without one). The claim
+    then reads the picked jobs whole, into `rows`."""
+    groups = {k: [Candidate(*r) for r in rows] for k, rows in by_key.items()}
     if not limits.fair:  # a concurrency key is not a fairness group: every job competes in claim order
-        by_key = {
-            None: sorted(
-                (r for rows in by_key.values() for r in rows), key=lambda r: (r[_AT["sort_key"]], r[_AT["id"]])
-            )
-        }
-    candidates = {k: [candidate_of(r) for r in rows] for k, rows in by_key.items()}
-    row_of = {r[0]: r for rows in by_key.values() for r in rows}
-    picked = pick(candidates, room, limits=limits, key_running=running, rotation=rotation, now=now, aging=aging)
-    return KeyedClaim(queue, limits, rotation, picked, [row_of[p.id] for p in picked])
+        groups = {None: sorted((c for cs in groups.values() for c in cs), key=lambda c: (c.sort_key, c.id))}
+    picked = pick(groups, room, limits=limits, key_running=running, rotation=rotation, now=now, aging=aging)
+    return KeyedClaim(queue, limits, rotation, picked, [])
 
 
 def merge_keys(picked: list[Candidate]) -> list[tuple[float, int]]:

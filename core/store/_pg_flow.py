@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from core.flow import (
+    CANDIDATE_COLUMNS,
     FORGET_AFTER,
     MAX_KEYS,
     NULL_WINDOW,
@@ -41,14 +42,16 @@ def _keys_sql(col: str) -> str:
 
 
 def _heads_sql(col: str) -> str:
-    return (f"SELECT j.* FROM unnest($3::text[]) AS k(key) CROSS JOIN LATERAL ({SELECT_JOB} WHERE state = 'queued' "
+    return (f"SELECT j.* FROM unnest($3::text[]) AS k(key) CROSS JOIN LATERAL (SELECT {CANDIDATE_COLUMNS} FROM jobs "
+            "WHERE state = 'queued' "
             f"AND {col} IS NOT NULL AND queue = $1 AND {col} = k.key AND {_LABELS} ORDER BY sort_key, id LIMIT $4 "
             "FOR UPDATE SKIP LOCKED) AS j")  # fmt: skip
 
 
 def _unkeyed_sql(col: str) -> str:
     window = f"SELECT id FROM jobs WHERE state = 'queued' AND queue = $1 ORDER BY sort_key, id LIMIT {NULL_WINDOW}"
-    return (f"{SELECT_JOB} WHERE id IN (SELECT id FROM jobs WHERE id IN ({window}) AND {col} IS NULL) "
+    return (f"SELECT {CANDIDATE_COLUMNS} FROM jobs WHERE id IN (SELECT id FROM jobs WHERE id IN ({window}) "
+            f"AND {col} IS NULL) "
             f"AND state = 'queued' AND {col} IS NULL AND {_LABELS} ORDER BY sort_key, id LIMIT $3 "
             "FOR UPDATE SKIP LOCKED")  # fmt: skip
 
@@ -79,7 +82,11 @@ async def pick_rows(c: Conn, queue: str, limits: QueueLimits, vtime: float, offe
         by_key.setdefault(r["fairness_key"] if limits.fair else r["concurrency_key"], []).append(r)
     if got := await c.fetch(unkeyed_sql, queue, offered, per):
         by_key[None] = list(got)
-    return keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now, aging=aging)
+    claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now, aging=aging)
+    ids = [p.id for p in claim.picked]
+    whole = {r[0]: r for r in await c.fetch(f"{SELECT_JOB} WHERE id = ANY($1::bigint[])", ids)} if ids else {}
+    claim.rows = [whole[i] for i in ids]
+    return claim
 
 
 async def record(c: Conn, claim: KeyedClaim, claimed: set[int], now: float) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.flow import (
+    CANDIDATE_COLUMNS,
     FORGET_AFTER,
     MAX_KEYS,
     NULL_WINDOW,
@@ -49,18 +50,24 @@ def pick_rows(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueL
         rotation.shares = {k: Share(s, at) for k, s, at in rows}
     found = [r[0] for r in c.execute(_KEYS.format(col=col, index=index), (queue, MAX_KEYS))]
     keys, per = keys_to_read(found, limits, running, rotation, room)
-    heads = (f"{select_job} INDEXED BY {index} WHERE state = 'queued' AND {col} IS NOT NULL AND queue = ? "
-             f"AND {col} = ? AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id LIMIT ?")  # fmt: skip
+    heads = (f"SELECT {CANDIDATE_COLUMNS} FROM jobs INDEXED BY {index} WHERE state = 'queued' AND {col} IS NOT NULL "
+             f"AND queue = ? AND {col} = ? AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id "
+             "LIMIT ?")  # fmt: skip
     by_key: dict[str | None, list[Sequence[Any]]] = {}
     for k in keys:
         if got := c.execute(heads, (queue, k, labels, per)).fetchall():
             by_key[k] = got
-    unkeyed = (f"SELECT * FROM ({select_job} INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? "
-               f"ORDER BY sort_key, id LIMIT {NULL_WINDOW}) WHERE {col} IS NULL "
-               "AND (labels = '' OR jobdeck_labels_ok(labels, ?)) LIMIT ?")  # fmt: skip
+    unkeyed = (f"SELECT {CANDIDATE_COLUMNS} FROM jobs WHERE id IN (SELECT id FROM (SELECT id, {col} FROM jobs "
+               f"INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? ORDER BY sort_key, id "
+               f"LIMIT {NULL_WINDOW}) WHERE {col} IS NULL) AND (labels = '' OR jobdeck_labels_ok(labels, ?)) "
+               "ORDER BY sort_key, id LIMIT ?")  # fmt: skip
     if got := c.execute(unkeyed, (queue, labels, per)).fetchall():
         by_key[None] = got
-    return keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now, aging=aging)
+    claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now, aging=aging)
+    ids = [p.id for p in claim.picked]
+    whole = {r[0]: r for r in c.execute(f"{select_job} WHERE id IN ({', '.join('?' * len(ids))})", ids)}
+    claim.rows = [whole[i] for i in ids]
+    return claim
 
 
 def record(c: sqlite3.Connection, claim: KeyedClaim, claimed: set[int], now: float) -> None:

@@ -9,10 +9,11 @@ ALTER TABLE queues ADD COLUMN fairness_weights TEXT;
 ALTER TABLE queues ADD COLUMN fair INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE queues ADD COLUMN fair_vtime REAL NOT NULL DEFAULT 0;
 -- Running jobs per key (the per-key limit's count), and the queued jobs of each key in claim order
--- (a claim walks each key's head: a key with 100,000 waiting is not read past).
+-- (a claim walks each key's head: a key with 100,000 waiting is not read past). They cover what a claim
+-- reads of a candidate (core/flow.py CANDIDATE_COLUMNS, and labels): a wide job row is read only once picked.
 CREATE INDEX jobs_running_key ON jobs (queue, concurrency_key) WHERE state = 'running' AND concurrency_key IS NOT NULL;
-CREATE INDEX jobs_claim_fair ON jobs (queue, fairness_key, sort_key, id) WHERE state = 'queued' AND fairness_key IS NOT NULL;
-CREATE INDEX jobs_claim_key ON jobs (queue, concurrency_key, sort_key, id) WHERE state = 'queued' AND concurrency_key IS NOT NULL;
+CREATE INDEX jobs_claim_fair ON jobs (queue, fairness_key, sort_key, id, priority, concurrency_key, labels) WHERE state = 'queued' AND fairness_key IS NOT NULL;
+CREATE INDEX jobs_claim_key ON jobs (queue, concurrency_key, sort_key, id, priority, fairness_key, labels) WHERE state = 'queued' AND concurrency_key IS NOT NULL;
 CREATE TABLE fair_shares (
     queue   TEXT NOT NULL,
     key     TEXT NOT NULL,
