@@ -161,14 +161,19 @@ async def _matching_ids(engine: Engine, flt: JobFilter) -> list[int]:
 async def bulk_action(body: BulkAction, engine: EngineDep, request: Request) -> JSON:
     """Each job is changed or refused alone; `errors` lists the first 100 refusals with the reason.
     A filter takes every job it matches, in transactions of a few thousand jobs each."""
+    matched: int | None = None
     if body.ids is not None:
         ids = list(dict.fromkeys(body.ids))
     else:
         assert body.filter is not None
-        ids = await _matching_ids(engine, _selection(body.filter.model_dump(), request))
+        selection = _selection(body.filter.model_dump(), request)
+        if body.dry_run:  # an exact count from the indexes when the store has one (a tag's key range: 0.1 s
+            n, exact = await engine.store.count_jobs(selection)  # for 700,000), else the ids
+            matched = n if exact else None
+        ids = [] if matched is not None else await _matching_ids(engine, selection)
     if body.dry_run:
-        return JSON({"action": body.action, "matched": len(ids), "changed": 0, "errors": [], "error_count": 0,
-                     "dry_run": True})  # fmt: skip
+        return JSON({"action": body.action, "matched": len(ids) if matched is None else matched, "changed": 0,
+                     "errors": [], "error_count": 0, "dry_run": True})  # fmt: skip
     p = principal_of(request)
 
     def check(job: Job) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -77,11 +78,61 @@ async def list_jobs(c: Conn, flt: JobFilter, before_id: int | None, limit: int, 
 async def list_job_ids(c: Conn, flt: JobFilter, before_id: int | None, limit: int) -> list[int]:
     """The ids of list_jobs' page (newest first), without reading the jobs: a bulk action's selection."""
     order = JobOrder(after=None if before_id is None else (before_id, before_id))
+    if flt.tag is not None and flt == JobFilter(tag=flt.tag):  # the tag's key alone (an index-only scan)
+        sql_ = "SELECT job_id FROM job_tags WHERE tag = $1 AND job_id < $2 ORDER BY job_id DESC LIMIT $3"
+        return [r[0] for r in await c.fetch(sql_, flt.tag, ID_MAX if before_id is None else before_id, limit)]
     return [r[0] for r in await _list_rows(c, "SELECT id FROM jobs", flt, order, limit)]
 
 
+ID_MAX = 2**63 - 1
+MERGE_NAMES = 200  # distinct names in a prefix up to which a page reads each name's (name, id) range
+_NAMES = (  # the distinct names in [$1, $2), one index seek each (a skip scan PostgreSQL 15 does not do)
+    "WITH RECURSIVE d(name) AS (SELECT (SELECT min(name) FROM jobs WHERE name >= $1 AND name < $2) "
+    "UNION ALL SELECT (SELECT min(name) FROM jobs WHERE name > d.name AND name < $2) FROM d WHERE d.name IS NOT NULL) "
+    "SELECT name FROM d WHERE name IS NOT NULL LIMIT $3"
+)
+
+
+def _range_of(column: str, v: str, order: JobOrder, arg: Callable[[Any], str]) -> tuple[str, str]:
+    """(condition, ORDER BY) reading the jobs whose `column` is `v` (SQL) in id order from the (column, id)
+    index as one range. Written as row comparisons, with no `column = value`: the planner then cannot
+    drop the column from the order, so only that index gives it. With `column = value` it may walk the
+    ids backwards instead, filtering, and the newest 500,000 jobs being of another state or queue made
+    that read all of them (the planner assumes matches are spread evenly)."""
+    lo, hi = (
+        (-1, ID_MAX)
+        if order.after is None
+        else ((-1, order.after[1]) if order.descending else (order.after[1], ID_MAX))
+    )
+    direction = "DESC" if order.descending else "ASC"
+    cond = f"({column}, id) > ({v}, {arg(lo)}) AND ({column}, id) < ({v}, {arg(hi)})"
+    return cond, f"{column} {direction}, id {direction}"
+
+
 async def _list_rows(c: Conn, select: str, flt: JobFilter, order: JobOrder, limit: int) -> list[asyncpg.Record]:
-    params: list[Any] = []
+    only = {k for k in ("states", "queue", "name_prefix", "tag", "created_after", "created_before", "schedule_id",
+                        "queue_patterns", "search") if getattr(flt, k) not in (None, (), "")}  # fmt: skip
+    if order.by_id and (only == {"queue"} or (only == {"states"} and len(flt.states) == 1)):
+        params: list[Any] = []
+        column, value = ("queue", flt.queue) if flt.queue is not None else ("state", flt.states[0])
+        arg = _numbered(params)
+        cond, by = _range_of(column, arg(value), order, arg)
+        return list(await c.fetch(f"{select} WHERE {cond} ORDER BY {by} LIMIT {limit:d}", *params))
+    if order.by_id and flt.tag is not None:  # the tag's job_tags range, newest first, each job looked up
+        params = []
+        arg = _numbered(params)
+        rest = _job_where(replace(flt, tag=None), arg)
+        cond, by = _range_of("t.tag", arg(flt.tag), order, arg)
+        cond, by = cond.replace(", id)", ", t.job_id)"), by.replace("id ", "t.job_id ")
+        source = select.replace(" FROM jobs", " FROM job_tags AS t JOIN jobs ON jobs.id = t.job_id")
+        query = f"{source} WHERE {' AND '.join([cond, *rest])} ORDER BY {by} LIMIT {limit:d}"
+        return list(await c.fetch(query, *params))
+    if order.by_id and flt.name_prefix and flt.tag is None:
+        hi = flt.name_prefix + chr(0x10FFFF)
+        names = [r[0] for r in await c.fetch(_NAMES, flt.name_prefix, hi, MERGE_NAMES + 1)]
+        if len(names) <= MERGE_NAMES:
+            return await _by_names(c, select, flt, order, limit, names)
+    params = []
     arg = _numbered(params)
     where = _job_where(flt, arg)
     after, by = order_sql(order, arg)
@@ -89,6 +140,22 @@ async def _list_rows(c: Conn, select: str, flt: JobFilter, order: JobOrder, limi
         where.append(after)
     filters = f" WHERE {' AND '.join(where)}" if where else ""
     query = f"{select}{filters} ORDER BY {by} LIMIT {arg(limit)}"
+    return list(await c.fetch(query, *params))
+
+
+async def _by_names(
+    c: Conn, select: str, flt: JobFilter, order: JobOrder, limit: int, names: list[str]
+) -> list[asyncpg.Record]:
+    """A name-prefix page in id order: up to `limit` rows of each name's (name, id) range, then the page."""
+    params: list[Any] = [names]
+    arg = _numbered(params)
+    rest = _job_where(replace(flt, name_prefix=None), arg)
+    cond, by = _range_of("name", "n.name", order, arg)
+    inner = " AND ".join([cond, *rest])
+    direction = "DESC" if order.descending else "ASC"
+    columns = ", ".join(f"j.{col}" for col in select.removeprefix("SELECT ").removesuffix(" FROM jobs").split(", "))
+    query = (f"SELECT {columns} FROM unnest($1::text[]) AS n(name) CROSS JOIN LATERAL "
+             f"({select} WHERE {inner} ORDER BY {by} LIMIT {limit:d}) AS j ORDER BY j.id {direction} LIMIT {limit:d}")  # fmt: skip
     return list(await c.fetch(query, *params))
 
 

@@ -513,6 +513,10 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
     async def list_job_ids(self, flt: JobFilter, before_id: int | None, limit: int) -> list[int]:
         """The ids of list_jobs' page (newest first), without reading the jobs: a bulk action's selection."""
         order = JobOrder(after=None if before_id is None else (before_id, before_id))
+        if flt.tag is not None and flt == JobFilter(tag=flt.tag):  # the tag's key alone, no job read
+            sql = "SELECT job_id FROM job_tags WHERE tag = ? AND job_id < ? ORDER BY job_id DESC LIMIT ?"
+            args = (flt.tag, 2**63 - 1 if before_id is None else before_id, limit)
+            return await self._read(lambda c: [r[0] for r in c.execute(sql, args)])
         return await self._read(lambda c: [r[0] for r in _list_rows(c, "SELECT id FROM jobs", flt, order, limit)])
 
     async def count_jobs(self, flt: JobFilter) -> tuple[int, bool]:
