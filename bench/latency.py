@@ -23,6 +23,7 @@ from bench.workload import all_jobs, epoch, iso, noop_job, wait_for_state
 QUEUE = "pickup"
 NAME = "pick-up latency"
 WARM_UP_JOBS = 4  # per node
+STALL_MS = 50  # a pick-up or a submit slower than this is counted as a stall
 
 
 @dataclass
@@ -102,11 +103,15 @@ async def _run(ctx: RunContext, label: str, server_name: str, when: Callable[[],
     post = sorted(pacing.submit_latencies)
     ctx.progress(f"{label}: p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms over {n:,} jobs")
     context = (f"{n:,} jobs at {s.pickup_rate:.0f}/s{_through(len(nodes.clients))}; submit p99 {percentile(post, 99) * 1000:.1f} ms, "
-               f"pacer late p99 {percentile(late, 99) * 1000:.1f} ms; {cpu.note()}")  # fmt: skip
+               f"max {post[-1] * 1000:.1f} ms, pacer late p99 {percentile(late, 99) * 1000:.1f} ms; {cpu.note()}")  # fmt: skip
     measure = f"{label}, " + "{}"
+    stalls = (
+        f"{sum(1 for v in ms if v > STALL_MS)} of {n:,} jobs started over {STALL_MS} ms late; submits over "
+        f"{STALL_MS} ms: {sum(1 for v in post if v * 1000 > STALL_MS)}"
+    )
     return [
         Figure(NAME, measure.format("p50"), percentile(ms, 50), "ms", None, f"min {ms[0]:.1f} ms"),
         Figure(NAME, measure.format("p95"), percentile(ms, 95), "ms"),
         Figure(NAME, measure.format("p99"), percentile(ms, 99), "ms", ctx.backend.floors.pickup_p99, context),
-        Figure(NAME, measure.format("max"), ms[-1], "ms"),
+        Figure(NAME, measure.format("max"), ms[-1], "ms", None, stalls),
     ]

@@ -12,8 +12,8 @@ from bench.baseline import sqlite_insert_rate
 from bench.context import RunContext
 from bench.rawhttp import build_request, request_rate
 from bench.report import Figure, percentile
-from bench.server import CpuMeter
-from bench.workload import noop_job, submit_spread
+from bench.server import BenchError, CpuMeter
+from bench.workload import BenchClient, noop_job, submit_spread
 
 QUEUE = "bench"
 
@@ -54,6 +54,14 @@ async def batch_submit(ctx: RunContext) -> list[Figure]:
     ]  # fmt: skip
 
 
+async def store_commits(client: BenchClient) -> int:
+    """Store transactions the server committed so far (GET /metrics jobdeck_store_commit_seconds_count)."""
+    for line in (await client.metrics_text()).splitlines():
+        if line.startswith("jobdeck_store_commit_seconds_count"):
+            return int(float(line.split()[-1]))
+    raise BenchError("GET /metrics has no jobdeck_store_commit_seconds_count")
+
+
 async def single_submit(ctx: RunContext) -> list[Figure]:
     """POST /v1/jobs one job per request, sequentially and from concurrent clients; GET /healthz as baseline.
 
@@ -65,16 +73,21 @@ async def single_submit(ctx: RunContext) -> list[Figure]:
         ("GET /healthz (baseline)", build_request("GET", "/healthz")),
     ]
     figures = []
-    async with ctx.server("single-submit", slots=0) as (srv, _):
+    async with ctx.server("single-submit", slots=0) as (srv, client):
         await request_rate(srv.url, requests[0][1], 1, 0.5)  # warm-up, untimed
         for concurrency in (1, s.concurrency):
             clients = "1 client" if concurrency == 1 else f"{concurrency} concurrent clients"
             for label, request in requests:
+                commits = await store_commits(client)
                 meter = CpuMeter(srv)
                 rate = await request_rate(srv.url, request, concurrency, s.single_seconds)
                 cpu = meter.stop()
+                commits = await store_commits(client) - commits
                 lat = sorted(rate.latencies)
+                per_request = 1000 * (cpu.server_main + cpu.server_threads) / max(rate.count, 1)
                 note = (f"{rate.count:,} in {rate.seconds:.1f} s; latency p50 {percentile(lat, 50) * 1000:.1f} ms, "
-                        f"p99 {percentile(lat, 99) * 1000:.1f} ms; {cpu.note()}")  # fmt: skip
+                        f"p99 {percentile(lat, 99) * 1000:.1f} ms, max {lat[-1] * 1000:.1f} ms; "
+                        f"{commits / max(rate.count, 1):.2f} store commits/request; "
+                        f"server CPU {per_request:.2f} ms/request; {cpu.note()}")  # fmt: skip
                 figures.append(Figure("single submit", f"{label}, {clients}", rate.per_second, "req/s", None, note))
     return figures

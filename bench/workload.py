@@ -55,6 +55,10 @@ class BenchClient(JobDeckClient):
                 return dict(q.get("counts") or {})
         return {}
 
+    async def metrics_text(self) -> str:
+        """This node's Prometheus series (GET /metrics)."""
+        return (await self._http.get("/metrics")).text
+
     async def events_page(self, since: int, *, types: str, queues: str, limit: int = 1000) -> list[Json]:
         """Stored events after `since` (GET /v1/events)."""
         params = {"since": since, "types": types, "queues": queues, "limit": limit}

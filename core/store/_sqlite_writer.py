@@ -234,16 +234,23 @@ class Writer:
         began = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
+            alone = len(batch) == 1  # the whole transaction is its savepoint (a single submit's commit)
             for op, fut in batch:
                 mark = tx.mark()
-                conn.execute("SAVEPOINT op")
+                if not alone:
+                    conn.execute("SAVEPOINT op")
                 try:
                     result = op(tx)
-                    conn.execute("RELEASE op")
+                    if not alone:
+                        conn.execute("RELEASE op")
                     outcomes.append((fut, result, None))
                 except Exception as exc:
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
+                    if alone:
+                        conn.execute("ROLLBACK")
+                        conn.execute("BEGIN IMMEDIATE")  # an empty transaction: the COMMIT below has one
+                    else:
+                        conn.execute("ROLLBACK TO op")
+                        conn.execute("RELEASE op")
                     tx.rollback_to(mark)
                     if not isinstance(exc, JobDeckError):
                         log.exception("store operation failed")
