@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
 from core.store._pg_statistics import stale_tables
+from core.store.base import JobFilter
 from tests.store.conftest import StoreKit
 
 JOBS = int(os.environ.get("JOBDECK_PLAN_JOBS", "200000"))
@@ -174,3 +176,55 @@ def test_statistics_are_stale_when_a_large_share_of_rows_changed_since_analyze()
     assert stale_tables([("jobs", 1_000_000, 150_000), ("job_tags", 0, 9_000)]) == []
     assert stale_tables([("jobs", 2_000, 200_000), ("job_tags", 700_000, 300_000)]) == ["jobs", "job_tags"]
     assert stale_tables([("jobs", 0, 10_001)]) == ["jobs"]  # never analysed: reltuples -1, counted as 0
+
+
+# The newest 50,000 jobs are another queue's, another name's, queued and untagged (a backlog just
+# submitted): a list of any other state, queue, name or tag must not read through them first.
+NEWEST_ELSEWHERE = """
+INSERT INTO jobs (name, queue, state, priority, sort_key, run_at, created_at, updated_at, max_attempts, backoff_base,
+                  backoff_cap, task, spec_max_attempts)
+SELECT 'noop', 'backlog', 'queued', 0, i, i, i, i, 3, 1, 3600, '{}', 3 FROM generate_series(1, 50000) AS i;
+ANALYZE;
+"""
+LISTS = [
+    JobFilter(states=("scheduled",)),
+    JobFilter(states=("succeeded",)),
+    JobFilter(queue="q7"),
+    JobFilter(name_prefix="job-1234"),  # 111 names (job-1234, job-12340 ...): past MERGE_NAMES the ids walk
+    JobFilter(tag="nightly"),
+    JobFilter(tag="nightly", states=("queued",)),
+]
+
+
+class Recording:
+    """A connection that remembers the statements it ran (to explain them after)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn, self.ran = conn, list[tuple[str, tuple[Any, ...]]]()
+
+    async def fetch(self, query: str, *args: Any) -> Any:
+        self.ran.append((query, args))
+        return await self.conn.fetch(query, *args)
+
+
+@pytest.mark.parametrize("kit", ["postgres"], indirect=True)
+async def test_list_pages_read_their_range_when_the_newest_jobs_are_others(
+    kit: StoreKit, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = []
+    async with kit.store._pool.acquire() as conn:
+        await conn.execute(FILL.replace("ANALYZE;", ""))
+        await conn.execute(NEWEST_ELSEWHERE)
+        for flt in LISTS:
+            for page in (None, JOBS // 2):
+                rec = Recording(conn)
+                jobs = await reads.list_jobs(rec, flt, page, 50, None)
+                assert jobs, f"{flt}: an empty page"
+                query, args = rec.ran[-1]
+                plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN (ANALYZE, COSTS OFF) {query}", *args))
+                report.append(f"-- {flt} (before {page})\n{plan}")
+                removed = [int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)]
+                assert sum(removed) < 5_000, f"{flt}: read {sum(removed):,} rows it did not show:\n{query}\n{plan}"
+    if os.environ.get("JOBDECK_PRINT_PLANS"):
+        with capsys.disabled():
+            print("\n".join(report))
