@@ -50,7 +50,9 @@ async def test_killing_a_node_loses_nothing_and_runs_nothing_twice(
         start = (await cb.health())["last_seq"]
         seen: list[int] = []
         feed = asyncio.create_task(_follow(cb, start, seen))
-        schedule = await ca.create_schedule({"name": "tick", "cron": "* * * * * *",
+        # overlap allow: every fire time makes its job even while the last tick's job still runs
+        # (the default, skip, records a busy tick as skipped), which is what this test counts.
+        schedule = await ca.create_schedule({"name": "tick", "cron": "* * * * * *", "overlap": "allow",
                                             "job": {"task": {"kind": "python", "function": "agents.builtin:noop"}}})  # fmt: skip
         task = {"kind": "python", "function": "tests.agents.tasks_for_tests:record_run"}
         specs = [{"task": {**task, "args": [str(runs), i, 0.05]}, "max_attempts": 5, "backoff": {"base": 0.1}}
