@@ -42,6 +42,7 @@ from core.obs.tracing import Tracing
 from core.protocol import Channel, ChannelClosed
 from core.schedule import ONCE_SLACK_SECONDS, Schedule, jitter_offset, next_fire_times, plan_fires
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
+from core.workflow import Deps, Workflow, validate_workflow
 
 log = logging.getLogger("jobdeck.engine")
 
@@ -140,17 +141,40 @@ class Engine:
 
     # ------------------------------------------------------------ jobs
 
-    async def submit(self, specs: Sequence[dict[str, Any]]) -> list[tuple[Job, bool]]:
-        """Store new jobs (all or none) and wake whatever must act on them."""
+    async def submit(
+        self, specs: Sequence[dict[str, Any]], check: Callable[[Job], None] | None = None, batch: bool = False
+    ) -> list[tuple[Job, bool]]:
+        """Store new jobs (all or none) and wake whatever must act on them. A spec's `depends_on`
+        (job ids) makes it wait for those jobs; `check(parent)` may refuse one (access)."""
         now = self.clock()
+        deps = [Deps(list(s["depends_on"]), where=f"jobs[{i}].depends_on" if batch else "depends_on")
+                if s.get("depends_on") else None for i, s in enumerate(specs)]  # fmt: skip
         with self.tracing.submit(len(specs)) as traceparent:
             jobs = [build_job(s, now, self.policy) for s in specs]
             if traceparent is not None:
                 for j in jobs:
                     j.traceparent = traceparent
-            out = await self.store.submit_jobs(jobs)
+            out = await self.store.submit_jobs(jobs, deps if any(deps) else None, check)
         self._after_submit(j for j, created in out if created)
         return out
+
+    async def submit_workflow(self, name: str, specs: Sequence[dict[str, Any]]) -> tuple[Workflow, list[Job]]:
+        """Store a workflow: its jobs (each spec with a `ref` and `depends_on` refs) and their
+        dependencies, all or none; a cycle or a bad ref is an InvalidInput naming the job."""
+        parents = validate_workflow(specs)
+        now = self.clock()
+        jobs = [build_job(s, now, self.policy) for s in specs]
+        wf = await self.store.submit_workflow(name, jobs, [Deps(index=p) if p else None for p in parents])
+        self._after_submit(jobs)
+        return wf, jobs
+
+    async def change_workflow(self, workflow_id: int, action: str) -> Workflow:
+        """cancel, pause or resume every job of a workflow that the action takes."""
+        decide = {"cancel": decide_cancel, "pause": decide_pause, "resume": decide_resume}[action]
+        wf = await self.store.change_workflow(workflow_id, action, self._now_decision(decide))
+        self._wake_dispatch.set()
+        self._wake_promote.set()
+        return wf
 
     def _after_submit(self, jobs: Any) -> None:
         for j in jobs:

@@ -28,13 +28,14 @@ class JobState(StrEnum):
     DEAD = "dead"  # no attempts left: the dead-letter set, replayable
     CANCELLED = "cancelled"
     PAUSED = "paused"
+    SKIPPED = "skipped"  # a parent failed and the job's policy is `skip`: final, counts as success downstream
 
 
 S = JobState
 
 #: The one table of legal transitions. Every state change of a job is checked against it.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    S.BLOCKED: frozenset({S.QUEUED, S.SCHEDULED, S.CANCELLED, S.PAUSED}),
+    S.BLOCKED: frozenset({S.QUEUED, S.SCHEDULED, S.CANCELLED, S.PAUSED, S.SKIPPED}),
     S.SCHEDULED: frozenset({S.QUEUED, S.CANCELLED, S.PAUSED}),
     S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.PAUSED}),
     # running -> queued: an agent handed the job back unstarted (drain).
@@ -45,11 +46,13 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.PAUSED: frozenset({S.QUEUED, S.SCHEDULED, S.FAILED, S.BLOCKED, S.CANCELLED}),
     S.SUCCEEDED: frozenset({S.QUEUED}),  # retry: run it again
     S.DEAD: frozenset({S.QUEUED, S.SUCCEEDED}),  # replay from the dead-letter set; a late result
-    S.CANCELLED: frozenset({S.QUEUED}),  # retry
+    # retry; -> blocked: a parent it was cancelled for is retried ("clear downstream", core/workflow.py)
+    S.CANCELLED: frozenset({S.QUEUED, S.BLOCKED}),
+    S.SKIPPED: frozenset({S.QUEUED, S.BLOCKED}),
 }
 
 WAITING_STATES = frozenset({S.BLOCKED, S.SCHEDULED, S.QUEUED, S.FAILED, S.PAUSED})
-FINAL_STATES = frozenset({S.SUCCEEDED, S.DEAD, S.CANCELLED})
+FINAL_STATES = frozenset({S.SUCCEEDED, S.DEAD, S.CANCELLED, S.SKIPPED})
 ALL_STATES = tuple(JobState)
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
@@ -102,6 +105,13 @@ class Job:
     traceparent: str | None = None  # W3C context of its submit: every step's span is its child (core/obs/tracing.py)
     concurrency_key: str | None = None  # the queue's key_concurrency caps running jobs per key (core/flow.py)
     fairness_key: str | None = None  # claims rotate between the keys of a priority (core/flow.py)
+    # dependencies (core/workflow.py): the workflow and ref it belongs to, what a failed parent does
+    # to it, how many parents have not ended yet, and the first parent that ended dead or cancelled
+    workflow_id: int | None = None
+    ref: str | None = None
+    on_parent_failure: str = "cancel"
+    deps_left: int = 0
+    dep_failed: int | None = None
 
 
 def labels_text(labels: dict[str, str]) -> str:
@@ -213,6 +223,9 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "last_error": job.last_error,
         "result": job.result,
         "trace_id": job.traceparent.split("-")[1] if job.traceparent else None,
+        "workflow_id": job.workflow_id,
+        "ref": job.ref,
+        "on_parent_failure": job.on_parent_failure,
     }
 
 
@@ -264,9 +277,10 @@ def decide_cancel(job: Job, now: float, policy: Policy) -> Change:
 
 def decide_retry(job: Job, now: float, policy: Policy) -> Change:
     """Run a finished (or failed, waiting) job again now, with a fresh set of attempts."""
-    if job.state not in (S.SUCCEEDED, S.DEAD, S.CANCELLED, S.FAILED):
+    if job.state not in (S.SUCCEEDED, S.DEAD, S.CANCELLED, S.FAILED, S.SKIPPED):
         raise Conflict(
-            f"cannot retry job {job.id}: it is {job.state} (only succeeded, failed, dead or cancelled jobs can be retried)",
+            f"cannot retry job {job.id}: it is {job.state} (only succeeded, failed, dead, cancelled or skipped jobs "
+            "can be retried)",
             state=job.state,
             job_id=job.id,
         )
@@ -507,6 +521,8 @@ def build_job(spec: dict[str, Any], now: float, policy: Policy) -> Job:
         traceparent=spec.get("traceparent"),
         concurrency_key=spec.get("concurrency_key"),
         fairness_key=spec.get("fairness_key"),
+        ref=spec.get("ref"),
+        on_parent_failure=spec.get("on_parent_failure") or "cancel",
     )
 
 

@@ -24,6 +24,7 @@ from core.errors import JobDeckError, NotFound, Unavailable
 from core.flow import UNLIMITED, Bucket, KeyedClaim, QueueLimits, claim_room, merge_keys
 from core.model import Job, Policy, decide_cancel, decide_claim, decide_promote, decide_release, utcnow
 from core.schedule import FirePlan, Run, Schedule, run_to_release, schedule_to_dict
+from core.store import _pg_deps as deps_sql
 from core.store import _pg_flow as flow_sql
 from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
@@ -47,6 +48,7 @@ from core.store.base import (
     queue_settings_view,
     split_by_idempotency,
 )
+from core.store.deps import settle
 from core.store.listing import JobOrder
 from core.store.notifications import PostgresNotifications
 from core.store.relay_cursors import PostgresRelayCursors
@@ -58,6 +60,15 @@ from core.store.schedule_runs import (
     ended_runs,
     jobs_to_make,
     schedule_updates,
+)
+from core.workflow import (
+    WORKFLOW_ACTIONS,
+    Deps,
+    Workflow,
+    check_workflow_action,
+    edges_of,
+    plan_dependencies,
+    workflow_summary,
 )
 
 if TYPE_CHECKING:
@@ -234,8 +245,11 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
 
     # -- jobs
 
-    async def submit_jobs(self, jobs: Sequence[Job]) -> list[tuple[Job, bool]]:
-        """Insert jobs; one whose idempotency key exists already returns the existing job instead."""
+    async def submit_jobs(
+        self, jobs: Sequence[Job], deps: Sequence[Deps | None] | None = None, check: Callable[[Job], None] | None = None
+    ) -> list[tuple[Job, bool]]:
+        """Insert jobs; one whose idempotency key exists already returns the existing job instead.
+        `deps[i]`: the parents of jobs[i] (core/workflow.py); `check(parent)` may refuse one."""
 
         async def by_keys(tx: PgTx, keys: list[str]) -> dict[str, Job]:
             if not keys:
@@ -246,7 +260,8 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
         async def op(tx: PgTx) -> list[tuple[Job, bool]]:
             known = await by_keys(tx, [j.idempotency_key for j in jobs if j.idempotency_key])
             out, new = split_by_idempotency(jobs, known)
-            made = {id(j) for j in await insert_jobs(tx, new, self._job_id_seq)}
+            new_deps = None if deps is None else [deps[i] for i, (_, c) in enumerate(out) if c]
+            made = {id(j) for j in await self._insert_with_deps(tx, new, new_deps, check)}
             lost = [j for j in new if id(j) not in made]
             if lost:  # another node committed the same key since we looked
                 theirs = await by_keys(tx, [j.idempotency_key for j in lost if j.idempotency_key])
@@ -255,6 +270,82 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
                 out = [(theirs[j.idempotency_key], False) if id(j) not in made and j.idempotency_key else (j, c)
                        for j, c in out]  # fmt: skip
             return out
+
+        return await self._write(op)
+
+    async def _insert_with_deps(self, tx: PgTx, new: Sequence[Job], deps: Sequence[Deps | None] | None,
+                                check: Callable[[Job], None] | None) -> list[Job]:  # fmt: skip
+        """Insert jobs and their edges. Every refusal is raised before the first write (no savepoint
+        per operation: see PgTx); the parents are locked FOR SHARE, so none ends unseen meanwhile."""
+        if deps is None or not any(deps):
+            return await insert_jobs(tx, new, self._job_id_seq)
+        ids = sorted({i for d in deps if d is not None for i in d.ids})
+        parents = {j.id: j for j in sql.to_jobs(await tx.conn.fetch(deps_sql.LOCK_PARENTS, ids))} if ids else {}
+        plan_dependencies(new, deps, parents, check)
+        made = await insert_jobs(tx, new, self._job_id_seq)
+        kept = {j.id for j in made}
+        edges = [(p, c) for p, c in edges_of(new, deps) if c in kept]
+        if edges:
+            await deps_sql.insert_edges(tx, edges)
+        return made
+
+    async def submit_workflow(self, name: str, jobs: Sequence[Job], deps: Sequence[Deps | None]) -> Workflow:
+        """A workflow and its jobs (with their dependencies), all in one transaction."""
+
+        async def op(tx: PgTx) -> Workflow:
+            wf = await deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
+            for j in jobs:
+                j.workflow_id = wf.id
+            await self._insert_with_deps(tx, jobs, deps, None)
+            return wf
+
+        return await self._write(op)
+
+    async def get_workflow(self, workflow_id: int) -> tuple[Workflow, dict[str, int]]:
+        """A workflow and its jobs counted by state, or NotFound."""
+
+        async def q(c: Conn) -> tuple[Workflow, dict[str, int]]:
+            row = await c.fetchrow(f"{deps_sql.SELECT_WORKFLOW} WHERE id = $1", workflow_id)
+            if row is None:
+                raise NotFound(f"no workflow with id {workflow_id}", field="workflow_id")
+            return deps_sql.to_workflow(tuple(row)), await deps_sql.counts_of(c, workflow_id)
+
+        return await self._read(q)
+
+    async def list_workflows(
+        self, state: str | None, before_id: int | None, limit: int
+    ) -> list[tuple[Workflow, dict[str, int]]]:
+        """Workflows newest first, with their jobs counted by state."""
+        return await self._read(lambda c: deps_sql.list_workflows(c, state, before_id, limit))
+
+    async def workflow_graph(self, workflow_id: int) -> list[dict[str, Any]]:
+        """The workflow's jobs as nodes with their parents."""
+        return await self._read(lambda c: deps_sql.graph(c, workflow_id))
+
+    async def job_edges(self, job_id: int) -> tuple[list[int], list[int]]:
+        """(parent ids, child ids) of a job."""
+        return await self._read(lambda c: deps_sql.job_edges(c, job_id))
+
+    async def change_workflow(self, workflow_id: int, action: str, decide: Decide) -> Workflow:
+        """cancel, pause or resume a workflow: its flag and `decide` on each of its jobs the action
+        takes (core.workflow.WORKFLOW_ACTIONS), in one transaction; Conflict if it does not apply."""
+        states, flag, value = WORKFLOW_ACTIONS[action]
+
+        async def op(tx: PgTx) -> Workflow:
+            c = tx.conn
+            row = await c.fetchrow(f"{deps_sql.SELECT_WORKFLOW} WHERE id = $1 FOR UPDATE", workflow_id)
+            if row is None:
+                raise NotFound(f"no workflow with id {workflow_id}", field="workflow_id")
+            wf = deps_sql.to_workflow(tuple(row))
+            check_workflow_action(wf, action)
+            setattr(wf, flag, value)
+            await c.execute(f"UPDATE workflows SET {flag} = $1, updated_at = $2 WHERE id = $3", value, tx.now, wf.id)
+            tx.emit(f"workflow.{'cancel_requested' if action == 'cancel' else action + 'd'}", None, None,
+                    {"workflow": workflow_summary(wf)})  # fmt: skip
+            rows = await c.fetch("SELECT id FROM jobs WHERE workflow_id = $1 AND state = ANY($2::text[])", wf.id,
+                                 sorted(states))  # fmt: skip
+            await self._change(tx, dict.fromkeys([r[0] for r in rows], decide))
+            return wf
 
         return await self._write(op)
 
@@ -290,15 +381,19 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
         decisions read them: each decision sees the job as committed, and no other node
         changes it until this transaction ends."""
 
-        async def op(tx: PgTx) -> dict[int, Job | JobDeckError]:
-            jobs = {j.id: j for j in sql.to_jobs(await tx.conn.fetch(sql.LOCK_JOBS, list(decisions)))}
-            applier = JobChanges(tx)
-            out = apply_decisions(jobs, decisions, applier.apply)
-            await applier.flush()
-            await self._runs_ended(tx, ended_runs(out.values()))
-            return out
+        return await self._write(lambda tx: self._change(tx, decisions))
 
-        return await self._write(op)
+    async def _change(self, tx: PgTx, decisions: dict[int, Decide]) -> dict[int, Job | JobDeckError]:
+        jobs = {j.id: j for j in sql.to_jobs(await tx.conn.fetch(sql.LOCK_JOBS, list(decisions)))}
+        before = {i: j.state for i, j in jobs.items()}
+        applier = JobChanges(tx)
+        out = apply_decisions(jobs, decisions, applier.apply)
+        await applier.flush()
+        moved = [(j, before[i]) for i, j in out.items() if isinstance(j, Job) and j.state != before[i]]
+        if moved:  # dependencies: what the new states do to the jobs' children (core/store/deps.py)
+            await settle(deps_sql.PgDeps(tx, applier), moved, tx.now, self.policy)
+        await self._runs_ended(tx, ended_runs(out.values()))
+        return out
 
     async def _runs_ended(self, tx: PgTx, ended: dict[int, list[Job]]) -> None:
         """Runs of these schedules ended: count failures (pause on failure), then start each one's

@@ -31,6 +31,7 @@ from core.model import (
     utcnow,
 )
 from core.schedule import FirePlan, Run, Schedule, SchedulePolicy, run_to_release, schedule_to_dict
+from core.store import _sqlite_deps as deps_sql
 from core.store import audit
 from core.store._sqlite_flow import pick_rows, record
 from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
@@ -53,6 +54,7 @@ from core.store.base import (
     split_by_idempotency,
     stats_view,
 )
+from core.store.deps import run_sync, settle
 from core.store.listing import JobOrder, order_sql, search_sql
 from core.store.notifications import SQLiteNotifications
 from core.store.relay_cursors import SQLiteRelayCursors
@@ -66,6 +68,15 @@ from core.store.schedule_runs import (
     jobs_to_make,
     schedule_updates,
 )
+from core.workflow import (
+    WORKFLOW_ACTIONS,
+    Deps,
+    Workflow,
+    check_workflow_action,
+    edges_of,
+    plan_dependencies,
+    workflow_summary,
+)
 
 T = TypeVar("T")
 
@@ -74,6 +85,7 @@ JOB_COLUMNS = (
     "max_attempts", "backoff_base", "backoff_cap", "timeout", "task", "tags", "idempotency_key", "schedule_id",
     "fire_time", "agent", "lease_expires_at", "cancel_requested", "paused_from", "last_error", "started_at",
     "finished_at", "result", "spec_max_attempts", "labels", "traceparent", "concurrency_key", "fairness_key",
+    "workflow_id", "ref", "on_parent_failure", "deps_left", "dep_failed",
 )  # fmt: skip
 _SELECT_JOB = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
 _INSERT_JOB = f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
@@ -236,6 +248,7 @@ def _job_row(j: Job) -> tuple[Any, ...]:
         j.paused_from, j.last_error, j.started_at, j.finished_at,
         None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts, labels_text(j.labels),
         j.traceparent, j.concurrency_key, j.fairness_key,
+        j.workflow_id, j.ref, j.on_parent_failure, j.deps_left, j.dep_failed,
     )  # fmt: skip
 
 
@@ -476,8 +489,11 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
 
     # -- jobs
 
-    async def submit_jobs(self, jobs: Sequence[Job]) -> list[tuple[Job, bool]]:
-        """Insert jobs; one whose idempotency key exists already returns the existing job instead."""
+    async def submit_jobs(
+        self, jobs: Sequence[Job], deps: Sequence[Deps | None] | None = None, check: Callable[[Job], None] | None = None
+    ) -> list[tuple[Job, bool]]:
+        """Insert jobs; one whose idempotency key exists already returns the existing job instead.
+        `deps[i]`: the parents of jobs[i] (core/workflow.py); `check(parent)` may refuse one."""
 
         def op(tx: Tx) -> list[tuple[Job, bool]]:
             keys = [j.idempotency_key for j in jobs if j.idempotency_key]
@@ -486,8 +502,92 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
                 q = f"{_SELECT_JOB} WHERE idempotency_key IN ({', '.join('?' * len(chunk))})"
                 known.update({row[16]: _job(row) for row in tx.conn.execute(q, tuple(chunk))})
             out, new = split_by_idempotency(jobs, known)
-            _insert_jobs(tx, new)
+            self._insert_with_deps(tx, new, None if deps is None else [deps[i] for i, (_, c) in enumerate(out) if c],
+                                   check)  # fmt: skip
             return out
+
+        return await self._write(op)
+
+    def _insert_with_deps(self, tx: Tx, new: Sequence[Job], deps: Sequence[Deps | None] | None,
+                          check: Callable[[Job], None] | None) -> None:  # fmt: skip
+        if deps is None or not any(deps):
+            _insert_jobs(tx, new)
+            return
+        parents = _load_jobs(tx.conn, sorted({i for d in deps if d is not None for i in d.ids}))
+        plan_dependencies(new, deps, parents, check)
+        _insert_jobs(tx, new)
+        deps_sql.insert_edges(tx, edges_of(new, deps))
+
+    async def submit_workflow(self, name: str, jobs: Sequence[Job], deps: Sequence[Deps | None]) -> Workflow:
+        """A workflow and its jobs (with their dependencies), all in one transaction."""
+
+        def op(tx: Tx) -> Workflow:
+            wf = deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
+            for j in jobs:
+                j.workflow_id = wf.id
+            self._insert_with_deps(tx, jobs, deps, None)
+            return wf
+
+        return await self._write(op)
+
+    async def get_workflow(self, workflow_id: int) -> tuple[Workflow, dict[str, int]]:
+        """A workflow and its jobs counted by state, or NotFound."""
+
+        def q(c: sqlite3.Connection) -> tuple[Workflow, dict[str, int]]:
+            row = c.execute(f"{deps_sql.SELECT_WORKFLOW} WHERE id = ?", (workflow_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no workflow with id {workflow_id}", field="workflow_id")
+            return deps_sql.to_workflow(row), deps_sql.counts_of(c, workflow_id)
+
+        return await self._read(q)
+
+    async def list_workflows(
+        self, state: str | None, before_id: int | None, limit: int
+    ) -> list[tuple[Workflow, dict[str, int]]]:
+        """Workflows newest first, with their jobs counted by state."""
+        where, params = [], []
+        if state is not None:
+            where.append("state = ?")
+            params.append(state)
+        if before_id is not None:
+            where.append("id < ?")
+            params.append(before_id)
+        sql = deps_sql.SELECT_WORKFLOW + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
+
+        def q(c: sqlite3.Connection) -> list[tuple[Workflow, dict[str, int]]]:
+            wfs = [deps_sql.to_workflow(r) for r in c.execute(sql, (*params, limit))]
+            return [(wf, deps_sql.counts_of(c, wf.id)) for wf in wfs]
+
+        return await self._read(q)
+
+    async def workflow_graph(self, workflow_id: int) -> list[dict[str, Any]]:
+        """The workflow's jobs as nodes with their parents."""
+        return await self._read(lambda c: deps_sql.graph(c, workflow_id))
+
+    async def job_edges(self, job_id: int) -> tuple[list[int], list[int]]:
+        """(parent ids, child ids) of a job."""
+        return await self._read(lambda c: deps_sql.job_edges(c, job_id))
+
+    async def change_workflow(self, workflow_id: int, action: str, decide: Decide) -> Workflow:
+        """cancel, pause or resume a workflow: its flag and `decide` on each of its jobs the action
+        takes (core.workflow.WORKFLOW_ACTIONS), in one transaction; Conflict if it does not apply."""
+        states, flag, value = WORKFLOW_ACTIONS[action]
+
+        def op(tx: Tx) -> Workflow:
+            c = tx.conn
+            row = c.execute(f"{deps_sql.SELECT_WORKFLOW} WHERE id = ?", (workflow_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no workflow with id {workflow_id}", field="workflow_id")
+            wf = deps_sql.to_workflow(row)
+            check_workflow_action(wf, action)
+            setattr(wf, flag, value)
+            c.execute(f"UPDATE workflows SET {flag} = ?, updated_at = ? WHERE id = ?", (int(value), tx.now, wf.id))
+            tx.emit(f"workflow.{'cancel_requested' if action == 'cancel' else action + 'd'}", None, None,
+                    {"workflow": workflow_summary(wf)})  # fmt: skip
+            q = f"SELECT id FROM jobs WHERE workflow_id = ? AND state IN ({', '.join('?' * len(states))})"
+            ids = [r[0] for r in c.execute(q, (wf.id, *sorted(states)))]
+            self._change(tx, dict.fromkeys(ids, decide))
+            return wf
 
         return await self._write(op)
 
@@ -545,14 +645,22 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
     async def change_jobs(self, decisions: dict[int, Decide]) -> dict[int, Job | JobDeckError]:
         """Apply one decision per job id in one transaction; per-job errors are returned, not raised."""
 
-        def op(tx: Tx) -> dict[int, Job | JobDeckError]:
-            applier = _Applier(tx)
-            out = apply_decisions(_load_jobs(tx.conn, list(decisions)), decisions, applier.apply)
-            applier.flush()
-            self._runs_ended(tx, ended_runs(out.values()))
-            return out
+        return await self._write(lambda tx: self._change(tx, decisions))
 
-        return await self._write(op)
+    def _change(self, tx: Tx, decisions: dict[int, Decide]) -> dict[int, Job | JobDeckError]:
+        applier = _Applier(tx)
+        jobs = _load_jobs(tx.conn, list(decisions))
+        before = {i: j.state for i, j in jobs.items()}
+        out = apply_decisions(jobs, decisions, applier.apply)
+        applier.flush()
+        self._settle(tx, applier, [(j, before[i]) for i, j in out.items() if isinstance(j, Job)])
+        self._runs_ended(tx, ended_runs(out.values()))
+        return out
+
+    def _settle(self, tx: Tx, applier: _Applier, moved: list[tuple[Job, str]]) -> None:
+        """Dependencies: what the changed jobs' new states do to their children (core/store/deps.py)."""
+        io = deps_sql.SQLiteDeps(tx, applier, _load_jobs, applier.flush)
+        run_sync(settle(io, [(j, b) for j, b in moved if j.state != b], tx.now, self.policy))
 
     def _runs_ended(self, tx: Tx, ended: dict[int, list[Job]]) -> None:
         """Runs of these schedules ended: count failures (pause on failure), then start each one's

@@ -91,7 +91,7 @@ def apply(job: Job, change: Change) -> Job:
 # ---------------------------------------------------------------- the transition table
 
 EXPECTED_TRANSITIONS: dict[str, set[str]] = {
-    "blocked": {"queued", "scheduled", "cancelled", "paused"},
+    "blocked": {"queued", "scheduled", "cancelled", "paused", "skipped"},
     "scheduled": {"queued", "cancelled", "paused"},
     "queued": {"running", "cancelled", "paused"},
     "running": {"succeeded", "failed", "dead", "cancelled", "queued"},
@@ -99,7 +99,8 @@ EXPECTED_TRANSITIONS: dict[str, set[str]] = {
     "paused": {"queued", "scheduled", "failed", "blocked", "cancelled"},
     "succeeded": {"queued"},
     "dead": {"queued", "succeeded"},
-    "cancelled": {"queued"},
+    "cancelled": {"queued", "blocked"},  # blocked: a parent it was cancelled for is retried
+    "skipped": {"queued", "blocked"},
 }
 
 ALL_PAIRS = [(a.value, b.value) for a in JobState for b in JobState]
@@ -136,9 +137,13 @@ def test_no_state_moves_to_itself_and_only_a_claim_or_a_result_touches_running()
     assert into_dead == {JobState.RUNNING}
     into_succeeded = {s for s, targets in TRANSITIONS.items() if JobState.SUCCEEDED in targets}
     assert into_succeeded == {JobState.RUNNING, JobState.FAILED, JobState.DEAD}, "a run, or a late result of one"
+    rearmed = (JobState.CANCELLED, JobState.SKIPPED)  # may wait again when the failed parent is retried
     for final in FINAL_STATES:
         late = {JobState.SUCCEEDED} if final == JobState.DEAD else set()
-        assert TRANSITIONS[final] == {JobState.QUEUED} | late, f"{final} leaves by retry only, got {TRANSITIONS[final]}"
+        again = {JobState.BLOCKED} if final in rearmed else set()
+        assert TRANSITIONS[final] == {JobState.QUEUED} | late | again, (
+            f"{final} leaves by retry only, got {TRANSITIONS[final]}"
+        )
 
 
 # ---------------------------------------------------------------- pause / resume

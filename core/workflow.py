@@ -1,0 +1,291 @@
+"""Job dependencies: checking a DAG at submit, and what a job's parents ending does to it.
+
+Pure functions; the stores call them inside the transaction that writes a parent's end, so a
+child is released (or cancelled, or skipped) in the same commit as its last parent's result.
+
+A child keeps two numbers the store maintains: `deps_left`, its parents that have not ended
+yet, and `dep_failed`, the first parent that ended dead or cancelled. A parent ending takes
+one from `deps_left` of each child (and a retry of it adds one back), so releasing a child
+costs the same whatever its number of parents, and the row update that does it serialises
+nodes finishing parents of one child at once: exactly one of them sees the count reach 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import Conflict, InvalidInput
+from core.model import Change, Job, JobState, Policy, _move, iso, sort_key
+
+S = JobState
+
+POLICIES = ("cancel", "run", "skip")
+POLICY_HELP = (
+    "what this job does when a parent ends dead or cancelled: cancel (default: at once, naming the parent; "
+    "its own children follow their policies), run (run once every parent has ended, whatever the outcome), "
+    "skip (end as skipped once every parent has ended; a skipped job counts as succeeded for its children)"
+)
+#: parent states that count as done for a child (skipped: an optional step that did not run)
+OK_STATES = frozenset({S.SUCCEEDED.value, S.SKIPPED.value})
+FAILED_STATES = frozenset({S.DEAD.value, S.CANCELLED.value})
+ENDED_STATES = OK_STATES | FAILED_STATES
+MAX_WORKFLOW_JOBS = 10_000
+MAX_PARENTS = 10_000
+
+
+def find_cycle(parents: Mapping[str, Sequence[str]]) -> list[str] | None:
+    """A cycle of the graph (ref -> refs it depends on) as a path `a, b, c, a` where a depends on b...,
+    or None. Iterative (a 10,000-deep chain does not hit the recursion limit)."""
+    WHITE, GREY, BLACK = 0, 1, 2
+    colour = dict.fromkeys(parents, WHITE)
+    for root in parents:
+        if colour[root] != WHITE:
+            continue
+        path = [root]
+        stack = [iter(parents[root])]
+        colour[root] = GREY
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                colour[path.pop()] = BLACK
+                stack.pop()
+                continue
+            if nxt not in colour:
+                continue  # an unknown ref: validate_workflow names it
+            if colour[nxt] == GREY:
+                return [*path[path.index(nxt) :], nxt]
+            if colour[nxt] == WHITE:
+                colour[nxt] = GREY
+                path.append(nxt)
+                stack.append(iter(parents[nxt]))
+    return None
+
+
+def validate_workflow(jobs: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """Check the refs of a workflow's jobs and return, per job, the indices of its parents; raise
+    InvalidInput naming the job and the field: a duplicate ref, an unknown ref, a job depending on
+    itself, a cycle (spelled out `a -> b -> c -> a`)."""
+    if len(jobs) > MAX_WORKFLOW_JOBS:
+        raise InvalidInput(f"jobs: a workflow has at most {MAX_WORKFLOW_JOBS} jobs, not {len(jobs)}", field="jobs")
+    index: dict[str, int] = {}
+    for i, spec in enumerate(jobs):
+        ref = spec["ref"]
+        if ref in index:
+            raise InvalidInput(f"jobs[{i}].ref: {ref!r} is the ref of jobs[{index[ref]}] already; refs are unique "
+                               "within a workflow", field=f"jobs[{i}].ref")  # fmt: skip
+        index[ref] = i
+    out: list[list[int]] = []
+    for i, spec in enumerate(jobs):
+        mine: list[int] = []
+        for k, dep in enumerate(spec.get("depends_on") or ()):
+            where = f"jobs[{i}].depends_on[{k}]"
+            if dep == spec["ref"]:
+                raise InvalidInput(f"{where}: job {dep!r} depends on itself", field=where)
+            if dep not in index:
+                raise InvalidInput(f"{where}: no job with ref {dep!r} in this workflow (refs: "
+                                   f"{_some(index)})", field=where)  # fmt: skip
+            mine.append(index[dep])
+        out.append(list(dict.fromkeys(mine)))
+    cycle = find_cycle({spec["ref"]: list(spec.get("depends_on") or ()) for spec in jobs})
+    if cycle is not None:
+        # the path follows depends_on; the cycle reads in run order the other way round
+        spelled = " -> ".join(reversed(cycle))
+        first = index[cycle[0]]
+        raise InvalidInput(f"jobs[{first}].depends_on: the dependencies make a cycle, so none of these jobs could "
+                           f"ever start: {spelled}", field=f"jobs[{first}].depends_on")  # fmt: skip
+    return out
+
+
+def _some(index: Mapping[str, int]) -> str:
+    refs = list(index)
+    return ", ".join(map(repr, refs[:10])) + (f" and {len(refs) - 10} more" if len(refs) > 10 else "")
+
+
+def parent_refused(parent: Job) -> str | None:
+    """Why a new job may not depend on `parent` (it ended dead or cancelled: the child could never run), or None."""
+    if parent.state in FAILED_STATES:
+        return f"job {parent.id} ({parent.name}) ended {parent.state}: a job depending on it could never run"
+    return None
+
+
+def decide_release(job: Job, now: float, policy: Policy) -> Change | None:
+    """What becomes of a blocked job after its parents' ends were counted: queued (or scheduled, if
+    its run_at is later), cancelled naming the failed parent, skipped, or None (it waits on)."""
+    if job.state != S.BLOCKED:
+        return None
+    failed = job.dep_failed
+    if failed is not None and job.on_parent_failure == "cancel":
+        why = f"parent job {failed} ended dead or cancelled"
+        change = _move(job, S.CANCELLED, "cancel", now, finished_at=now, last_error=why)
+        change.data["reason"] = why
+        change.data["parent"] = failed
+        return change
+    if job.deps_left > 0:
+        return None
+    if failed is not None and job.on_parent_failure == "skip":
+        why = f"skipped: parent job {failed} ended dead or cancelled"
+        change = _move(job, S.SKIPPED, "skip", now, finished_at=now, last_error=why)
+        change.data.update(reason=why, parent=failed)
+        return change
+    if job.run_at > now:
+        return _move(job, S.SCHEDULED, "release", now)
+    return _move(job, S.QUEUED, "release", now, sort_key=sort_key(now, job.priority, policy))
+
+
+def decide_rearm(job: Job, deps_left: int, dep_failed: int | None, now: float) -> Change:
+    """A job a dependency had cancelled or skipped waits again: a parent of it was retried."""
+    change = _move(job, S.BLOCKED, "re-arm", now, finished_at=None, last_error=None, deps_left=deps_left,
+                   dep_failed=dep_failed)  # fmt: skip
+    change.data["reason"] = "a parent was retried"
+    return change
+
+
+def ended(before: str, after: str) -> int:
+    """+1 if a job moved into an ended state, -1 if it left one (a retry), else 0."""
+    return (after in ENDED_STATES) - (before in ENDED_STATES)
+
+
+def workflow_state(counts: Mapping[str, int], cancel_requested: bool) -> str:
+    """running while any job has not ended; then cancelled (the workflow was cancelled), failed (a job
+    ended dead or cancelled) or succeeded."""
+    if any(n and s not in ENDED_STATES for s, n in counts.items()):
+        return "running"
+    if cancel_requested:
+        return "cancelled"
+    if counts.get(S.DEAD.value) or counts.get(S.CANCELLED.value):
+        return "failed"
+    return "succeeded"
+
+
+def count_parent_ends(
+    edges: Sequence[tuple[int, int]], deltas: Mapping[int, int], failed: set[int], children: Mapping[int, Job]
+) -> set[int]:
+    """Count parents' ends (+1) and retries (-1) into their children's `deps_left` and `dep_failed`;
+    return the children whose failed parent was retried (their `dep_failed` must be looked up again)."""
+    recompute: set[int] = set()
+    for parent, child_id in edges:
+        child = children.get(child_id)
+        if child is None:
+            continue
+        d = deltas[parent]
+        child.deps_left -= d
+        if d > 0 and parent in failed and (child.dep_failed is None or parent < child.dep_failed):
+            child.dep_failed = parent
+        elif d < 0 and child.dep_failed == parent:
+            recompute.add(child_id)
+    return recompute
+
+
+def decide_after_parents(job: Job, retried: set[int], was_failed_by: int | None, now: float,
+                         policy: Policy) -> Change | None:  # fmt: skip
+    """After its parents' ends were counted: a job a retried parent had cancelled or skipped waits
+    again; a blocked one is released, cancelled or skipped (decide_release)."""
+    if job.state in (S.CANCELLED, S.SKIPPED) and was_failed_by is not None and was_failed_by in retried:
+        return decide_rearm(job, job.deps_left, job.dep_failed, now)
+    return decide_release(job, now, policy)
+
+
+@dataclass(slots=True)
+class Deps:
+    """The parents of one job being submitted: existing jobs by id, and earlier jobs of the same
+    submit by their position in it. `where` names the field in errors (`jobs[3].depends_on`)."""
+
+    ids: list[int] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)
+    where: str = "depends_on"
+
+
+def plan_dependencies(
+    jobs: Sequence[Job], deps: Sequence[Deps | None], parents: Mapping[int, Job], check: Callable[[Job], None] | None
+) -> None:
+    """Before a submit writes anything: refuse a missing parent, one that ended dead or cancelled
+    (InvalidInput naming the job and field) or one the caller may not see (`check` raises); set each
+    job's count of parents not ended yet, and make it blocked if any."""
+    for job, dep in zip(jobs, deps, strict=True):
+        if dep is None:
+            continue
+        waiting = len(dep.index)
+        for k, pid in enumerate(dep.ids):
+            where = f"{dep.where}[{k}]"
+            parent = parents.get(pid)
+            if parent is None:
+                raise InvalidInput(f"{where}: no job with id {pid}", field=where)
+            if check is not None:
+                check(parent)
+            why = parent_refused(parent)
+            if why is not None:
+                raise InvalidInput(f"{where}: {why}", field=where)
+            waiting += parent.state not in ENDED_STATES
+        job.deps_left = waiting
+        if waiting:
+            job.state = S.BLOCKED.value
+
+
+def edges_of(jobs: Sequence[Job], deps: Sequence[Deps | None]) -> list[tuple[int, int]]:
+    """(parent id, child id) of every dependency, once the jobs have their ids."""
+    out: list[tuple[int, int]] = []
+    for job, dep in zip(jobs, deps, strict=True):
+        if dep is not None:
+            out += [(pid, job.id) for pid in dict.fromkeys(dep.ids)]
+            out += [(jobs[i].id, job.id) for i in dict.fromkeys(dep.index)]
+    return out
+
+
+@dataclass(slots=True)
+class Workflow:
+    """A workflow as stored: its jobs carry its id. Times are Unix seconds."""
+
+    id: int
+    name: str
+    state: str  # running | succeeded | failed | cancelled
+    total: int
+    queues: list[str]  # of its jobs (who may see and change it)
+    cancel_requested: bool
+    paused: bool
+    created_at: float
+    updated_at: float
+    finished_at: float | None = None
+
+
+WORKFLOW_COLUMNS = ("id", "name", "state", "total", "queues", "cancel_requested", "paused", "created_at", "updated_at",
+                    "finished_at")  # fmt: skip
+WORKFLOW_STATES = ("running", "succeeded", "failed", "cancelled")
+
+
+def workflow_summary(wf: Workflow) -> dict[str, Any]:
+    """What a workflow event carries."""
+    return {"id": wf.id, "name": wf.name, "state": wf.state, "total": wf.total, "queues": wf.queues,
+            "paused": wf.paused, "cancel_requested": wf.cancel_requested}  # fmt: skip
+
+
+def workflow_to_dict(wf: Workflow, counts: Mapping[str, int]) -> dict[str, Any]:
+    """The public view of a workflow (the API's JSON), with its jobs counted by state."""
+    return {
+        **workflow_summary(wf),
+        "created_at": iso(wf.created_at),
+        "updated_at": iso(wf.updated_at),
+        "finished_at": iso(wf.finished_at),
+        "counts": dict(counts),
+    }
+
+
+#: the job states each workflow action takes, and the flag it sets
+WORKFLOW_ACTIONS: dict[str, tuple[frozenset[str], str, bool]] = {
+    "cancel": (frozenset({"blocked", "scheduled", "queued", "running", "failed", "paused"}), "cancel_requested", True),
+    "pause": (frozenset({"blocked", "scheduled", "queued", "failed"}), "paused", True),
+    "resume": (frozenset({"paused"}), "paused", False),
+}
+
+
+def check_workflow_action(wf: Workflow, action: str) -> None:
+    """Raise Conflict, naming the state, unless `action` applies to the workflow now."""
+    if wf.state != "running":
+        raise Conflict(f"cannot {action} workflow {wf.id}: it is {wf.state}", state=wf.state)
+    if action == "pause" and wf.paused:
+        raise Conflict(f"cannot pause workflow {wf.id}: it is paused already", state="paused")
+    if action == "resume" and not wf.paused:
+        raise Conflict(f"cannot resume workflow {wf.id}: it is not paused", state="running")
+    if wf.cancel_requested:
+        raise Conflict(f"cannot {action} workflow {wf.id}: it is being cancelled", state="cancelling")
