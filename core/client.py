@@ -241,6 +241,25 @@ class JobDeckClient:
                 pass
         return await self.get_job(job_id)
 
+    # -- workflows
+
+    async def submit_workflow(self, name: str, jobs: Sequence[Json]) -> Json:
+        """Jobs with a `ref` each and `depends_on` refs; returns {workflow, ids: {ref: id}}."""
+        return await self._call("POST", "/v1/workflows", json={"name": name, "jobs": list(jobs)})  # type: ignore[no-any-return]
+
+    async def workflows(self, **filters: Any) -> Json:
+        """state, cursor, limit: {workflows, next_cursor}."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        return await self._call("GET", "/v1/workflows", params=params)  # type: ignore[no-any-return]
+
+    async def get_workflow(self, workflow_id: int) -> Json:
+        """A workflow with its counts and its graph's nodes."""
+        return await self._call("GET", f"/v1/workflows/{workflow_id}")  # type: ignore[no-any-return]
+
+    async def workflow_action(self, workflow_id: int, action: str) -> Json:
+        """action: cancel, pause or resume."""
+        return await self._call("POST", f"/v1/workflows/{workflow_id}/{action}")  # type: ignore[no-any-return]
+
     # -- queues
 
     async def queues(self) -> list[Json]:

@@ -66,6 +66,13 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/jobs/{job_id}/retry"): Rule("jobs.write", "job_id"),
     ("POST", "/v1/jobs/{job_id}/run-now"): Rule("jobs.write", "job_id"),
     ("POST", "/v1/jobs/{job_id}/priority"): Rule("jobs.write", "job_id"),
+    # workflows (a team sees and changes one whose jobs are all in its queues; create checks the body)
+    ("POST", "/v1/workflows"): Rule("jobs.write"),
+    ("GET", "/v1/workflows"): Rule("jobs.read"),
+    ("GET", "/v1/workflows/{workflow_id}"): Rule("jobs.read", "workflow_id"),
+    ("POST", "/v1/workflows/{workflow_id}/cancel"): Rule("jobs.write", "workflow_id"),
+    ("POST", "/v1/workflows/{workflow_id}/pause"): Rule("jobs.write", "workflow_id"),
+    ("POST", "/v1/workflows/{workflow_id}/resume"): Rule("jobs.write", "workflow_id"),
     # queues
     ("GET", "/v1/queues"): Rule("jobs.read"),
     ("POST", "/v1/queues/{name}/pause"): Rule("queues.pause", "name"),
@@ -121,8 +128,9 @@ RULES: dict[tuple[str, str], Rule] = {
     # an incoming hook proves itself with its own secret (signature or bearer token): core/api/hooks.py
     ("POST", "/v1/hooks/{name}"): Rule(PUBLIC),
 }
-TARGET_KIND = {"job_id": "job", "schedule_id": "schedule", "name": None, "channel_id": "channel",
-               "rule_id": "alert_rule", "notification_id": "notification", "hook_id": "hook"}  # fmt: skip
+TARGET_KIND = {"job_id": "job", "schedule_id": "schedule", "workflow_id": "workflow", "name": None,
+               "channel_id": "channel", "rule_id": "alert_rule", "notification_id": "notification",
+               "hook_id": "hook"}  # fmt: skip
 
 
 def actor_of(p: Principal, conn: HTTPConnection) -> audit.Actor:
@@ -174,10 +182,13 @@ async def authorize(request: HTTPConnection) -> None:
         raw = str(request.path_params.get(rule.target))
         kind = TARGET_KIND[rule.target] or ("agent" if "agents" in path else "queue")
         target = f"{kind}:{raw}"
-        if kind in ("job", "schedule"):
+        if kind in ("job", "schedule", "workflow"):
             ident = _target_id(raw, rule.target)  # as the route would parse it: a bad id is a 422 for everyone
         if kind == "job" and not p.sees_everything:
             queue = (await engine.store.get_job(ident)).queue
+        elif kind == "workflow" and not p.sees_everything:  # every queue of its jobs must be the caller's
+            wf_queues = (await engine.store.get_workflow(ident))[0].queues
+            queue = next((q for q in wf_queues if not p.may(rule.action, q)), wf_queues[0] if wf_queues else None)
         elif kind == "schedule" and ((mutating and audited) or not p.sees_everything):
             s = await engine.store.get_schedule(ident)
             queue = str(s.job.get("queue") or "default")

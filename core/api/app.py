@@ -20,7 +20,7 @@ from core.engine import Engine
 from core.errors import InvalidInput, JobDeckError, PayloadTooLarge, RateLimited, Unauthorized
 
 API_VERSION = "0.1.0"
-BATCH_PATH = "/v1/jobs/batch"
+BATCH_PATHS = frozenset({"/v1/jobs/batch", "/v1/workflows"})  # up to 10,000 jobs in one body
 
 
 class JSON(JSONResponse):
@@ -129,7 +129,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.batch_limit if scope["path"] == BATCH_PATH else self.limit
+        limit = self.batch_limit if scope["path"] in BATCH_PATHS else self.limit
         headers = dict(scope.get("headers", []))
         # Every body of this API is JSON: read it as JSON whatever the client labelled it
         # (curl -d says application/x-www-form-urlencoded).
@@ -248,6 +248,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         queues,
         schedules,
         system,
+        workflows,
     )
     from core.auth.authenticate import Authenticator
     from core.notify import Notifier
@@ -300,7 +301,7 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
                 "field": None}  # fmt: skip
         return JSON(body, status_code=500)
 
-    routers = (jobs, queues, schedules, system, health, events, agents_ws, auth_routes, observe, archive)
+    routers = (jobs, workflows, queues, schedules, system, health, events, agents_ws, auth_routes, observe, archive)
     for module in (*routers, notifications, hooks):
         app.include_router(module.router)
     docs.mount_docs(app)

@@ -64,6 +64,7 @@ Labels = Annotated[
 # Route parameters (query and path values are text, so these are parsed, not strict).
 JobIdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="a job id")]
 ScheduleIdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="a schedule id")]
+WorkflowIdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="a workflow id")]
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME, description="a queue name")]
 AgentPath = Annotated[str, Path(min_length=1, max_length=200, pattern=NO_NUL, description="an agent's name")]
 Cursor = Annotated[int | None, Query(ge=0, le=ID_MAX, description="next_cursor of the previous page")]

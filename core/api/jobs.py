@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -44,7 +45,7 @@ async def view(job: Job, engine: Engine) -> dict[str, Any]:
 async def create_job(body: JobCreate, engine: EngineDep, request: Request) -> JSON:
     """Store a job and return it (200 with the existing job if its idempotency key was used before)."""
     await require(request, "jobs.write", [body.queue])
-    job, created = (await engine.submit([body.to_spec()]))[0]
+    job, created = (await engine.submit([body.to_spec()], _parent_check(request)))[0]
     out = await view(job, engine)
     if not created:
         out["deduplicated"] = True  # its idempotency key was used before: this is that job
@@ -55,8 +56,21 @@ async def create_job(body: JobCreate, engine: EngineDep, request: Request) -> JS
 async def create_jobs(body: JobBatch, engine: EngineDep, request: Request) -> JSON:
     """All are stored in one transaction, or none (a bad job is named by its index)."""
     await require(request, "jobs.write", (j.queue for j in body.jobs))
-    out = await engine.submit(specs_of(body.jobs))
+    out = await engine.submit(specs_of(body.jobs), _parent_check(request), batch=True)
     return JSON({"ids": [j.id for j, _ in out], "created": sum(1 for _, c in out if c)}, status_code=201)
+
+
+def _parent_check(request: Request) -> Callable[[Job], None] | None:
+    """A job may wait only for jobs its submitter can see (a team: jobs of its own queues)."""
+    p = principal_of(request)
+    if p.sees_everything:
+        return None
+
+    def check(parent: Job) -> None:
+        if not p.may("jobs.read", parent.queue):
+            raise Forbidden(f"depends_on: job {parent.id} is in queue {parent.queue!r}, which {p.name} may not see")
+
+    return check
 
 
 SEARCH_HELP = "search: the id, or text in the name, task (command, URL, function, args) or tags"
@@ -188,7 +202,9 @@ async def bulk_action(body: BulkAction, engine: EngineDep, request: Request) -> 
 
 @router.get("/jobs/{job_id:id}", summary="Get a job", response_model=JobView)
 async def get_job(job_id: JobIdPath, engine: EngineDep) -> JSON:
-    return JSON(await view(await engine.store.get_job(job_id), engine))
+    out = await view(await engine.store.get_job(job_id), engine)
+    out["parents"], out["children"] = await engine.store.job_edges(job_id)
+    return JSON(out)
 
 
 @router.get("/jobs/{job_id:id}/output", summary="The output tail of a job's latest attempt (live while it runs)",

@@ -59,6 +59,11 @@ class JobView(_Out):
     trace_url: str | None = Field(None, description="the trace in your trace UI (JOBDECK_TRACE_URL_TEMPLATE), "
                                   "on GET /v1/jobs/{job_id}")  # fmt: skip
     deduplicated: bool = Field(False, description="true when the idempotency key was used before: this is that job")
+    workflow_id: int | None = Field(None, description="the workflow it belongs to")
+    ref: str | None = Field(None, description="its ref in its workflow")
+    on_parent_failure: Literal["cancel", "run", "skip"] = "cancel"
+    parents: list[int] | None = Field(None, description="GET /v1/jobs/{id} only: the jobs it waits for")
+    children: list[int] | None = Field(None, description="GET /v1/jobs/{id} only: the jobs waiting for it")
 
 
 class JobPage(_Out):
@@ -443,3 +448,53 @@ class ArchiveRestored(_Out):
     records: int
     restored: int
     skipped: int
+
+
+WorkflowStateName = Literal["running", "succeeded", "failed", "cancelled"]
+
+
+class WorkflowView(_Out):
+    """A workflow: its state, its jobs counted by state, when it started and ended."""
+
+    id: int
+    name: str
+    state: WorkflowStateName
+    total: int = Field(description="how many jobs it has")
+    queues: list[str]
+    paused: bool
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    counts: dict[str, int] = Field(description="its jobs by state")
+
+
+class WorkflowNode(_Out):
+    """One job of a workflow, for drawing the graph."""
+
+    id: int
+    ref: str | None
+    name: str
+    state: JobStateName  # type: ignore[valid-type]
+    queue: str
+    parents: list[int]
+
+
+class WorkflowDetail(WorkflowView):
+    """A workflow with every job as a node of its graph."""
+
+    nodes: list[WorkflowNode]
+
+
+class WorkflowCreated(_Out):
+    """The workflow stored, and the id each ref was given."""
+
+    workflow: WorkflowView
+    ids: dict[str, int]
+
+
+class WorkflowPage(_Out):
+    """One page of workflows, newest first."""
+
+    workflows: list[WorkflowView]
+    next_cursor: int | None = Field(description="pass as `cursor` for the next page; null on the last page")

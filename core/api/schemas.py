@@ -44,6 +44,7 @@ from core.flow import RATE_MAX
 from core.model import PRIORITY_MAX, PRIORITY_MIN
 from core.schedule import BUFFER_ALL_MAX, CATCH_UP_MAX, validate_cron
 from core.schedule.policy import CATCH_UP_WINDOW_MAX, JITTER_MAX, PAUSE_AFTER_FAILURES_MAX, POLICY_FIELDS
+from core.workflow import MAX_PARENTS, MAX_WORKFLOW_JOBS, POLICY_HELP
 
 _DOTTED_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*(:[A-Za-z_][A-Za-z0-9_.]*)?$"
 _DOTTED = re.compile(_DOTTED_PATTERN)
@@ -210,6 +211,11 @@ class JobCreate(JobTemplate):
     run_at: Timestamp | None = None
     delay: float | None = Field(None, ge=0, le=366 * 86_400)
     idempotency_key: Text | None = Field(None, min_length=1, max_length=200)
+    depends_on: list[Id] | None = Field(
+        None, min_length=1, max_length=MAX_PARENTS,
+        description="ids of existing jobs this one waits for: it is blocked until every one succeeded",
+    )  # fmt: skip
+    on_parent_failure: Literal["cancel", "run", "skip"] = Field("cancel", description=POLICY_HELP)
 
     @model_validator(mode="after")
     def _when(self) -> JobCreate:
@@ -237,6 +243,51 @@ class JobBatch(_Strict):
     """Up to 10,000 jobs, stored all together or not at all."""
 
     jobs: list[JobCreate] = Field(min_length=1, max_length=10_000)
+
+
+REF_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,127}$"
+
+
+class WorkflowJob(JobTemplate):
+    """One job of a workflow: a `ref` unique in the workflow, and the refs it waits for."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {"properties": {"run_at": _NOT_NULL, "delay": _NOT_NULL}, "required": ["run_at", "delay"]}
+        }
+    )
+
+    ref: str = Field(pattern=REF_PATTERN, description="its name in the workflow (letters, digits, _ . : -)")
+    depends_on: list[Annotated[str, Field(pattern=REF_PATTERN)]] = Field(
+        default_factory=list, max_length=MAX_PARENTS, description="refs of jobs of this workflow it waits for"
+    )
+    on_parent_failure: Literal["cancel", "run", "skip"] = Field("cancel", description=POLICY_HELP)
+    run_at: Timestamp | None = None
+    delay: float | None = Field(None, ge=0, le=366 * 86_400)
+
+    @model_validator(mode="after")
+    def _when(self) -> WorkflowJob:
+        if self.run_at is not None and self.delay is not None:
+            raise ValueError("give 'run_at' or 'delay', not both")
+        return self
+
+
+class WorkflowCreate(_Strict):
+    """A workflow: up to 10,000 jobs and their dependencies, stored all together or not at all."""
+
+    name: Text = Field(min_length=1, max_length=200)
+    jobs: list[WorkflowJob] = Field(min_length=1, max_length=MAX_WORKFLOW_JOBS)
+
+    def specs(self) -> list[dict[str, Any]]:
+        """The jobs as the engine builds them (run_at as Unix seconds)."""
+        specs: list[dict[str, Any]] = _WORKFLOW_JOBS.dump_python(self.jobs, exclude_none=True)
+        for spec in specs:
+            if "run_at" in spec:
+                spec["run_at"] = _epoch(spec["run_at"], "run_at")
+        return specs
+
+
+_WORKFLOW_JOBS: TypeAdapter[list[WorkflowJob]] = TypeAdapter(list[WorkflowJob])
 
 
 class PriorityChange(_Strict):

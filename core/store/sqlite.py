@@ -545,14 +545,17 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
         self, state: str | None, before_id: int | None, limit: int
     ) -> list[tuple[Workflow, dict[str, int]]]:
         """Workflows newest first, with their jobs counted by state."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if state is not None:
             where.append("state = ?")
             params.append(state)
         if before_id is not None:
             where.append("id < ?")
             params.append(before_id)
-        sql = deps_sql.SELECT_WORKFLOW + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
+        sql = (
+            deps_sql.SELECT_WORKFLOW + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
+        )
 
         def q(c: sqlite3.Connection) -> list[tuple[Workflow, dict[str, int]]]:
             wfs = [deps_sql.to_workflow(r) for r in c.execute(sql, (*params, limit))]

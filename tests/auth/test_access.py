@@ -21,6 +21,7 @@ from tests.conftest import node_settings, start_node, stop_node
 JOB = {"name": "charge", "queue": "payments", "task": {"kind": "shell", "command": "true"}}
 SCHEDULE = {"name": "nightly", "cron": "0 3 * * *", "job": JOB}
 HOOK = {"kind": "webhook", "name": "matrix-hook", "url": "http://127.0.0.1:9/hook"}
+WORKFLOW = {"name": "etl", "jobs": [{**JOB, "ref": "a", "delay": 3600}, {**JOB, "ref": "b", "depends_on": ["a"]}]}
 
 # (method, path) -> (a request maker, which roles get past the access check).
 # The maker gets fresh objects (a waiting job and a schedule in the operator's queue).
@@ -51,6 +52,18 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
     ("POST", "/v1/jobs/{job_id}/retry"): (lambda o: (f"/v1/jobs/{o['job']}/retry", None), {OP, A}),
     ("POST", "/v1/jobs/{job_id}/run-now"): (lambda o: (f"/v1/jobs/{o['job']}/run-now", None), {OP, A}),
     ("POST", "/v1/jobs/{job_id}/priority"): (lambda o: (f"/v1/jobs/{o['job']}/priority", {"priority": 5}), {OP, A}),
+    ("POST", "/v1/workflows"): (lambda o: ("/v1/workflows", WORKFLOW), {OP, A}),
+    ("GET", "/v1/workflows"): (lambda o: ("/v1/workflows", None), {R, OP, A}),
+    ("GET", "/v1/workflows/{workflow_id}"): (lambda o: (f"/v1/workflows/{o['workflow']}", None), {R, OP, A}),
+    ("POST", "/v1/workflows/{workflow_id}/cancel"): (
+        lambda o: (f"/v1/workflows/{o['workflow']}/cancel", None),
+        {OP, A},
+    ),
+    ("POST", "/v1/workflows/{workflow_id}/pause"): (lambda o: (f"/v1/workflows/{o['workflow']}/pause", None), {OP, A}),
+    ("POST", "/v1/workflows/{workflow_id}/resume"): (
+        lambda o: (f"/v1/workflows/{o['workflow']}/resume", None),
+        {OP, A},
+    ),
     ("GET", "/v1/queues"): (lambda o: ("/v1/queues", None), {R, OP, A}),
     ("POST", "/v1/queues/{name}/pause"): (lambda o: ("/v1/queues/payments/pause", None), {OP, A}),
     ("POST", "/v1/queues/{name}/resume"): (lambda o: ("/v1/queues/payments/resume", None), {OP, A}),
@@ -153,7 +166,8 @@ async def _fresh_objects(deck: Deck) -> dict[str, Any]:
     async with deck.http("admin") as admin:
         job = (await admin.post("/v1/jobs", json={**JOB, "delay": 3600})).json()
         schedule = (await admin.post("/v1/schedules", json=SCHEDULE)).json()
-    return {"job": job["id"], "schedule": schedule["id"]}
+        workflow = (await admin.post("/v1/workflows", json=WORKFLOW)).json()["workflow"]
+    return {"job": job["id"], "schedule": schedule["id"], "workflow": workflow["id"]}
 
 
 @pytest.mark.parametrize("who", ["anonymous", "viewer", "operator", "admin", "agent"])
@@ -187,6 +201,15 @@ async def test_an_operator_acts_only_in_the_teams_queues(deck: Deck) -> None:
         bulk = (await op.post("/v1/jobs/bulk", json={"action": "cancel", "ids": [ml_job["id"], pay_job["id"]]})).json()
         assert bulk["changed"] == 1 and bulk["errors"][0]["id"] == ml_job["id"]
         assert bulk["errors"][0]["error"] == "forbidden"
+        resp = await op.post("/v1/jobs", json={**JOB, "queue": "payments-eu", "depends_on": [ml_job["id"]]})
+        assert resp.status_code == 403 and resp.json()["message"].startswith("depends_on: job"), resp.text
+    async with deck.http("admin") as admin:
+        ml_flow = {"name": "ml", "jobs": [{**JOB, "ref": "a", "delay": 3600}, {**JOB, "ref": "b", "queue": "ml"}]}
+        ml_wf = (await admin.post("/v1/workflows", json=ml_flow)).json()["workflow"]
+    async with deck.http("operator") as op:
+        assert (await op.get(f"/v1/workflows/{ml_wf['id']}")).status_code == 403, "one job in a foreign queue hides it"
+        assert (await op.post(f"/v1/workflows/{ml_wf['id']}/cancel")).status_code == 403
+        assert ml_wf["id"] not in [w["id"] for w in (await op.get("/v1/workflows")).json()["workflows"]]
     async with deck.http("admin") as admin:
         assert (await admin.get(f"/v1/jobs/{ml_job['id']}")).json()["state"] == "scheduled", "refused: unchanged"
 

@@ -12,8 +12,17 @@ import orjson
 import pytest
 
 from core.errors import Conflict, InvalidInput
-from core.model import Job, RunResult, build_job, decide_cancel, decide_finish, decide_pause, decide_resume, decide_retry
-from core.model import utcnow
+from core.model import (
+    Job,
+    RunResult,
+    build_job,
+    decide_cancel,
+    decide_finish,
+    decide_pause,
+    decide_resume,
+    decide_retry,
+    utcnow,
+)
 from core.store.base import ClaimRequest, JobFilter
 from core.workflow import Deps
 from tests.store.conftest import POLICY, StoreKit
@@ -147,13 +156,20 @@ async def test_a_workflow_goes_in_whole_and_ends_with_its_last_job(kit: StoreKit
     got, counts = await s.get_workflow(wf.id)
     assert (got.name, got.state, got.total, counts) == ("nightly", "running", 3, {"queued": 1, "blocked": 2})
     nodes = await s.workflow_graph(wf.id)
-    assert [(n["ref"], n["parents"]) for n in nodes] == [("a", []), ("b", [jobs[0].id]), ("c", [jobs[0].id, jobs[1].id])]
+    assert [(n["ref"], n["parents"]) for n in nodes] == [
+        ("a", []),
+        ("b", [jobs[0].id]),
+        ("c", [jobs[0].id, jobs[1].id]),
+    ]
     assert await s.job_edges(jobs[1].id) == ([jobs[0].id], [jobs[2].id])
     for j in jobs:
         await run(s, j)
     got, counts = await s.get_workflow(wf.id)
     assert (got.state, counts) == ("succeeded", {"succeeded": 3}) and got.finished_at is not None
-    assert [e.type for e in kit.committed if e.type.startswith("workflow.")] == ["workflow.created", "workflow.succeeded"]
+    assert [e.type for e in kit.committed if e.type.startswith("workflow.")] == [
+        "workflow.created",
+        "workflow.succeeded",
+    ]
     [(listed, _)] = await s.list_workflows("succeeded", None, 10)
     assert listed.id == wf.id and await s.list_workflows("running", None, 10) == []
 
