@@ -4,6 +4,7 @@ policy says so, and every job ends in a final state. Cycle detection against a r
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -98,7 +99,7 @@ def test_cycle_detection_agrees_with_a_reference(edges: list[list[int]]) -> None
     assert (cycle is None) == _acyclic_kahn(graph), (graph, cycle)
     if cycle is not None:
         assert cycle[0] == cycle[-1] and len(cycle) >= 2
-        for a, b in zip(cycle, cycle[1:], strict=False):
+        for a, b in itertools.pairwise(cycle):
             assert b in graph[a], f"{a} -> {b} is not an edge of {graph}"
 
 
