@@ -47,6 +47,7 @@ from bench.store import DEFAULT_PG_URL, DEFAULT_REDIS_URL, SQLITE, Backend, Floo
 from bench.submit import batch_submit, single_submit
 from bench.throughput import resumed, streamed
 from bench.web import web_lag
+from bench.workflows import fan_out_in, resolution
 from core.config import masked_url
 from core.errors import JobDeckError
 
@@ -127,6 +128,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "recovery after SIGKILL on two PostgreSQL nodes with two agents: an agent restarted at once vs never "
         "back (its runs wait for their leases: the same-run baseline), and a node (agents reattached, work flowing)",
         (recovery,),
+        False,
+    ),
+    "workflows": (
+        "job dependencies: result committed -> child queued, parent end -> child start beside plain pick-up; "
+        "a 10,000-job fan-out/fan-in workflow beside a 10,000-job batch",
+        (resolution, fan_out_in),
         False,
     ),
     "web": (

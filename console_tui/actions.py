@@ -24,31 +24,45 @@ class ActionSpec:
 
 
 JOB_VIEWS = ("jobs", "dead", "detail")
+NODE_VIEWS = (*JOB_VIEWS, "workflow")  # workflow: the selected node of a workflow's tree
 ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("new_job", "n", "New job", ("jobs", "dead"), "jobs.write", help="a form; the server checks it"),
     ActionSpec(
         "pause",
         "p",
         "Pause",
-        (*JOB_VIEWS, "queues", "schedules"),
+        (*NODE_VIEWS, "queues", "schedules", "workflows"),
         "jobs.write",
-        help="a waiting job, a queue or a schedule",
+        help="a waiting job, a queue, a schedule or a workflow",
     ),
     ActionSpec(
         "resume",
         "u",
         "Resume",
-        (*JOB_VIEWS, "queues", "schedules"),
+        (*NODE_VIEWS, "queues", "schedules", "workflows"),
         "jobs.write",
-        help="put a paused job, queue or schedule back",
+        help="put a paused job, queue, schedule or workflow back",
     ),
     ActionSpec("priority_up", "plus", "Priority +1", JOB_VIEWS, "jobs.write", show=False, help="key +"),
     ActionSpec("priority_down", "minus", "Priority -1", JOB_VIEWS, "jobs.write", show=False, help="key -"),
     ActionSpec("priority_set", "equals_sign", "Set priority", JOB_VIEWS, "jobs.write", help="key =; -1000..1000"),
     ActionSpec(
-        "cancel", "c", "Cancel", JOB_VIEWS, "jobs.write", destructive=True, help="a running job is stopped first"
+        "cancel",
+        "c",
+        "Cancel",
+        (*NODE_VIEWS, "workflows"),
+        "jobs.write",
+        destructive=True,
+        help="a running job is stopped first; a workflow: every job not ended",
     ),
-    ActionSpec("retry", "R", "Retry / replay", JOB_VIEWS, "jobs.write", help="run a finished or dead job again"),
+    ActionSpec(
+        "retry",
+        "R",
+        "Retry / replay",
+        NODE_VIEWS,
+        "jobs.write",
+        help="run a finished or dead job again (in a workflow: what it cancelled waits again)",
+    ),
     ActionSpec(
         "bulk_filter",
         "B",
@@ -75,7 +89,13 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("sort_reverse", "S", "Reverse sort", ("jobs", "dead"), show=False),
     ActionSpec("next_page", "right_square_bracket", "Next page", ("jobs", "dead"), show=False, help="key ]"),
     ActionSpec("prev_page", "left_square_bracket", "Previous page", ("jobs", "dead"), show=False, help="key ["),
-    ActionSpec("open", "enter", "Details", ("jobs", "dead"), help="the job's spec, attempts, output, events"),
+    ActionSpec(
+        "open",
+        "enter",
+        "Details",
+        ("jobs", "dead", "workflows", "workflow"),
+        help="the job's spec, attempts, output, events; a workflow's tree of jobs",
+    ),
     ActionSpec("replay", "r", "Replay", ("alerts",), "notifications.manage", help="send the notification again"),
     ActionSpec("send_test", "t", "Send test", ("alerts",), "notifications.manage", help="a test to its channel"),
 )

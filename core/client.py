@@ -75,6 +75,36 @@ def relay_lag_text(name: str, lag: Json) -> str:
     return f"{label} relay: {text}"
 
 
+def workflow_layers(nodes: Sequence[Json]) -> list[list[Json]]:
+    """The nodes of GET /v1/workflows/ID in layers for drawing: a job one layer below its deepest
+    parent; within a layer, ordered by where its parents sit (fewer crossing edges)."""
+    by_id = {n["id"]: n for n in nodes}
+    children: dict[int, list[int]] = {i: [] for i in by_id}
+    waiting = {i: 0 for i in by_id}
+    for n in nodes:
+        for p in n["parents"]:
+            if p in by_id:
+                children[p].append(n["id"])
+                waiting[n["id"]] += 1
+    depth = dict.fromkeys(by_id, 0)
+    ready = [i for i, k in waiting.items() if k == 0]
+    while ready:  # Kahn's order: every parent's depth is final before its children's
+        i = ready.pop()
+        for c in children[i]:
+            depth[c] = max(depth[c], depth[i] + 1)
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.append(c)
+    layers: list[list[Json]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for n in nodes:
+        layers[depth[n["id"]]].append(n)
+    place: dict[int, float] = {}
+    for layer in layers:
+        layer.sort(key=lambda n: (sum(place.get(p, 0) for p in n["parents"]) / max(1, len(n["parents"])), n["id"]))
+        place.update({n["id"]: k for k, n in enumerate(layer)})
+    return layers
+
+
 class WebSocketChannel:
     """An agent's end of its WebSocket to a core node, as a protocol Channel."""
 

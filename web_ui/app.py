@@ -16,6 +16,13 @@ from web_ui.pages.notifications import NotificationsState, notifications_page
 from web_ui.pages.overview import OverviewState, overview_page
 from web_ui.pages.records import AuditState, DeadState, audit_page, dead_page
 from web_ui.pages.schedules import SchedulesState, schedules_page
+from web_ui.pages.workflows import DETAIL_ROUTE as WORKFLOW_ROUTE
+from web_ui.pages.workflows import (
+    WorkflowDetailState,
+    WorkflowsState,
+    workflow_detail_page,
+    workflows_page,
+)
 from web_ui.state import AppState
 
 
@@ -39,6 +46,8 @@ PAGES = (
     (queues_page, "/queues", "Queues", QueuesState),
     (agents_page, "/agents", "Agents", AgentsState),
     (schedules_page, "/schedules", "Schedules", SchedulesState),
+    (workflows_page, "/workflows", "Workflows", WorkflowsState),
+    (workflow_detail_page, WORKFLOW_ROUTE, "Workflow", WorkflowDetailState),
     (dead_page, "/dead", "Dead letters", DeadState),
     (audit_page, "/audit", "Audit log", AuditState),
     (notifications_page, "/notifications", "Notifications", NotificationsState),

@@ -12,6 +12,7 @@ NAV = (
     ("Queues", "/queues", "layers"),
     ("Agents", "/agents", "server"),
     ("Schedules", "/schedules", "calendar-clock"),
+    ("Workflows", "/workflows", "workflow"),
     ("Dead letters", "/dead", "skull"),
     ("Audit log", "/audit", "scroll-text"),
     ("Notifications", "/notifications", "bell"),

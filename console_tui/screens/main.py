@@ -16,6 +16,7 @@ from console_tui.screens.events import EventsView
 from console_tui.screens.jobs import DeadView, JobsView
 from console_tui.screens.queues import QueuesView
 from console_tui.screens.schedules import SchedulesView
+from console_tui.screens.workflows import WorkflowsView
 from console_tui.widgets.header import VIEWS, ConsoleHeader
 
 
@@ -36,6 +37,7 @@ class MainScreen(Screen[None]):
             yield DeadView()
             yield EventsView()
             yield AlertsView()
+            yield WorkflowsView()
         yield Footer()
 
     @property

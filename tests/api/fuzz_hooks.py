@@ -8,7 +8,10 @@ id ranges, NUL, JSON depth, states) is in the schema itself.
   ignores formats, so a positive case's invalid cron is replaced too);
 - a time is within the years 1-9999 once converted to UTC (an offset can push 0001-01-01 out);
 - a one-time schedule's `at` is a time to come (the past would never fire: 422);
-- GET /v1/jobs's `cursor` is the `next_cursor` of a page (opaque): positive cases go without one.
+- GET /v1/jobs's `cursor` is the `next_cursor` of a page (opaque): positive cases go without one;
+- `depends_on` of a job submit names jobs that exist (a made-up id is a 422): positive cases go without;
+- a workflow's refs are unique and its `depends_on` names other refs of it, with no cycle: positive
+  cases get refs j0, j1, ... and each job depends on earlier ones only.
 """
 
 from __future__ import annotations
@@ -38,6 +41,13 @@ def map_case(ctx: schemathesis.HookContext, case: schemathesis.Case) -> schemath
     schedule_write = case.path in ("/v1/schedules", "/v1/schedules/{schedule_id}") and case.method != "GET"
     if isinstance(case.body, dict):
         case.body = _mapped(case.body, future_at=schedule_write)
+        if case.path == "/v1/jobs" and case.method == "POST":
+            case.body.pop("depends_on", None)
+        elif case.path == "/v1/jobs/batch" and isinstance(case.body.get("jobs"), list):
+            case.body["jobs"] = [{k: v for k, v in j.items() if k != "depends_on"} if isinstance(j, dict) else j
+                                 for j in case.body["jobs"]]  # fmt: skip
+        elif case.path == "/v1/workflows" and isinstance(case.body.get("jobs"), list):
+            case.body["jobs"] = _acyclic(case.body["jobs"])
     if isinstance(case.query, dict):
         case.query = _mapped(case.query, future_at=False)
         if case.path == "/v1/jobs" and "cursor" in case.query:
@@ -63,6 +73,19 @@ def _mapped(values: dict[str, Any], *, future_at: bool) -> dict[str, Any]:
             out[key] = _mapped(value, future_at=False)
         elif isinstance(value, list) and key == "jobs":
             out[key] = [_mapped(v, future_at=False) if isinstance(v, dict) else v for v in value]
+    return out
+
+
+def _acyclic(jobs: list[Any]) -> list[Any]:
+    """Refs j0, j1, ... and each job's depends_on pointing at earlier refs only (a DAG)."""
+    out = []
+    for i, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            out.append(job)
+            continue
+        deps = job.get("depends_on") if isinstance(job.get("depends_on"), list) else []
+        earlier = sorted({f"j{len(str(d)) % i}" for d in deps}) if i else []
+        out.append({**job, "ref": f"j{i}", "depends_on": earlier})
     return out
 
 
