@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -144,3 +145,37 @@ def test_env_secret_stores_only_the_reference_and_the_agent_resolves_it(jobdeck_
     shown = jobdeck(jobdeck_process, "jobs", "tail", str(job["id"]))  # follows it until it ends
     shown = jobdeck(jobdeck_process, "jobs", "show", str(job["id"]))
     assert "dead" in shown.stdout and "secret 'db-password' not found on this agent" in shown.stdout, shown.stdout
+
+
+def test_workflows_submit_show_and_act_from_the_command_line(jobdeck_process: ServerProcess, tmp_path: Any) -> None:
+    flow = tmp_path / "etl.json"
+    flow.write_text(json.dumps({"name": "cli-etl", "jobs": [
+        {"ref": "extract", "task": {"kind": "shell", "command": "true"}},
+        {"ref": "load", "depends_on": ["extract"], "task": {"kind": "shell", "command": "true"}},
+    ]}))  # fmt: skip
+    out = jobdeck(jobdeck_process, "--json", "workflows", "submit", str(flow))
+    assert out.returncode == 0, out.stderr
+    made = json.loads(out.stdout)
+    wf_id = made["workflow"]["id"]
+    deadline = time.monotonic() + 30
+    while True:
+        shown = jobdeck(jobdeck_process, "workflows", "show", str(wf_id))
+        if "succeeded -" in shown.stdout.splitlines()[0] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith(f"workflow {wf_id} cli-etl: succeeded"), shown.stdout
+    assert lines[1].startswith("● extract") and lines[2].startswith("  └─ load") and "<- extract" in lines[2], lines
+    listed = jobdeck(jobdeck_process, "workflows", "ls")
+    assert "cli-etl" in listed.stdout and "2 succeeded" in listed.stdout, listed.stdout
+    refused = jobdeck(jobdeck_process, "workflows", "pause", str(wf_id))
+    assert refused.returncode != 0 and "it is succeeded" in refused.stderr, refused.stderr
+    cyc = tmp_path / "cycle.json"
+    cyc.write_text(json.dumps({"name": "c", "jobs": [
+        {"ref": "a", "depends_on": ["b"], "task": {"kind": "shell", "command": "true"}},
+        {"ref": "b", "depends_on": ["a"], "task": {"kind": "shell", "command": "true"}},
+    ]}))  # fmt: skip
+    bad = jobdeck(jobdeck_process, "workflows", "submit", str(cyc))
+    assert bad.returncode != 0 and "a -> b -> a" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    child = jobdeck(jobdeck_process, "--json", "submit", "--depends-on", str(made["ids"]["load"]), "--sh", "true")
+    assert child.returncode == 0 and json.loads(child.stdout)["state"] == "queued", child.stdout + child.stderr

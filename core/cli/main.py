@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from core.cli import notify, signin
+from core.cli import notify, signin, workflows
 from core.cli.lifecycle import cmd_archive, cmd_backup, cmd_restore
 from core.cli.nodes import cmd_agent, cmd_migrate, cmd_up, cmd_up_console, run_async
 from core.cli.output import view_in
@@ -147,6 +147,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--at", help="run at this ISO 8601 time")
     s.add_argument("--delay", type=float, help="run after this many seconds")
     s.add_argument("--idempotency-key", dest="idempotency_key")
+    s.add_argument(
+        "--depends-on",
+        dest="depends_on",
+        type=int,
+        action="append",
+        metavar="ID",
+        help="wait until this job succeeded (repeatable)",
+    )
+    s.add_argument(
+        "--on-parent-failure",
+        dest="on_parent_failure",
+        choices=("cancel", "run", "skip"),
+        help="if a parent ends dead or cancelled: cancel this job (default), run it anyway, or skip it",
+    )
     s.add_argument("--wait", action="store_true", help="wait until it finishes; exit 1 unless it succeeded")
     s.add_argument("--wait-timeout", type=float, default=3600.0, dest="wait_timeout")
     s.set_defaults(run=cmd_submit)
@@ -236,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = ss.add_parser("preview", help="the next fire times")
     s.add_argument("id", type=int)
     s.add_argument("-n", type=int, default=10)
+
+    workflows.add_parser(sub)
 
     sub.add_parser("console", help="the live terminal console (signed in with `jobdeck login`)")
 

@@ -137,6 +137,10 @@ async def cmd_submit(c: JobDeckClient, args: argparse.Namespace) -> int:
         spec["run_at"] = args.at
     if args.delay is not None:
         spec["delay"] = args.delay
+    if args.depends_on:
+        spec["depends_on"] = args.depends_on
+    if args.on_parent_failure:
+        spec["on_parent_failure"] = args.on_parent_failure
     job = await c.submit(spec)
     if not args.wait:
         show(args, job, job_line)
