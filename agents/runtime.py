@@ -261,11 +261,14 @@ class AgentRuntime:
 
         ctx = RunContext(job_id, attempt, self.config.output_tail_bytes, self.config.kill_grace_seconds, stream,
                          self.workers, self.secrets)  # fmt: skip
+        ctx.parent_results = dict(a.get("parent_results") or {})
         report: Message = {"job_id": job_id, "attempt": attempt, "started_at": time.time()}
         size = 200
         handler = HANDLERS.get(task.get("kind", ""))
         try:
-            if handler is None:
+            if a.get("parent_results_error"):  # over the size limit: another attempt cannot help
+                report.update(outcome="failed", retryable=False, error=str(a["parent_results_error"]))
+            elif handler is None:
                 report.update(
                     outcome="failed",
                     retryable=False,

@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobdeck.agents")
 
 
-def assignment(job: Job) -> Message:
-    """What an agent needs to run one attempt of a job."""
+def assignment(job: Job, extra: Message | None = None) -> Message:
+    """What an agent needs to run one attempt of a job (`extra`: its parents' results, if it asked)."""
     return {
+        **(extra or {}),
         "job_id": job.id,
         "attempt": job.attempt,
         "name": job.name,
@@ -82,10 +83,11 @@ class AgentSession:
             "connected_at": self.connected_at,
         }
 
-    async def assign(self, jobs: list[Job]) -> None:
+    async def assign(self, jobs: list[Job], extras: dict[int, Message] | None = None) -> None:
         for j in jobs:
             self.running[j.id] = j.attempt
-        await self.channel.send({"type": "assign", "jobs": [assignment(j) for j in jobs]})
+        extras = extras or {}
+        await self.channel.send({"type": "assign", "jobs": [assignment(j, extras.get(j.id)) for j in jobs]})
 
     async def cancel(self, job_id: int, attempt: int) -> None:
         await self.channel.send({"type": "cancel", "job_id": job_id, "attempt": attempt})

@@ -42,7 +42,7 @@ from core.obs.tracing import Tracing
 from core.protocol import Channel, ChannelClosed
 from core.schedule import ONCE_SLACK_SECONDS, Schedule, jitter_offset, next_fire_times, plan_fires
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
-from core.workflow import Deps, Workflow, validate_workflow
+from core.workflow import Deps, Workflow, parent_results_input, validate_workflow
 
 log = logging.getLogger("jobdeck.engine")
 
@@ -445,10 +445,18 @@ class Engine:
                 if j.queue in caps:
                     caps[j.queue] -= 1
             try:
-                await s.assign(jobs)
+                await s.assign(jobs, await self._inputs(jobs))
             except (ChannelClosed, ConnectionError):
                 log.warning("agent %s went away during an assignment; its leases will expire", s.name)
         return assigned
+
+    async def _inputs(self, jobs: Sequence[Job]) -> dict[int, dict[str, Any]]:
+        """What assignments carry beside the job: its parents' results, for tasks that ask for them."""
+        wanted = [j.id for j in jobs if j.task.get("parent_results")]
+        if not wanted:
+            return {}
+        found = await self.store.parent_results(wanted)
+        return {i: parent_results_input(i, found.get(i, {})) for i in wanted}
 
     async def _promote_loop(self) -> None:
         while True:

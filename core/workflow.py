@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from core.errors import Conflict, InvalidInput
 from core.model import Change, Job, JobState, Policy, _move, iso, sort_key
 
@@ -33,6 +35,17 @@ FAILED_STATES = frozenset({S.DEAD.value, S.CANCELLED.value})
 ENDED_STATES = OK_STATES | FAILED_STATES
 MAX_WORKFLOW_JOBS = 10_000
 MAX_PARENTS = 10_000
+MAX_PARENT_RESULTS_BYTES = 1024 * 1024  # the parents' results a child receives (task.parent_results), as JSON
+
+
+def parent_results_input(job_id: int, results: Mapping[str, Any]) -> dict[str, Any]:
+    """What an assignment carries for a job that asked for its parents' results: the results, or
+    the error that fails its attempt when they are over MAX_PARENT_RESULTS_BYTES."""
+    size = len(orjson.dumps(results))
+    if size > MAX_PARENT_RESULTS_BYTES:
+        return {"parent_results_error": f"job {job_id}: its parents' results are {size:,} bytes of JSON, over the "
+                f"limit of {MAX_PARENT_RESULTS_BYTES:,}: have the parents return less (a path or a key, not the data)"}  # fmt: skip
+    return {"parent_results": dict(results)}
 
 
 def find_cycle(parents: Mapping[str, Sequence[str]]) -> list[str] | None:

@@ -46,6 +46,7 @@ class RunContext:
         self.workers = workers
         self.secrets = secrets
         self.traceparent: str | None = None  # the job's trace context, for the task (TRACEPARENT)
+        self.parent_results: dict[str, Any] = {}  # the results of the jobs it depends on (task.parent_results)
         self._buf = bytearray()
         self.truncated = 0  # bytes dropped from the front
         self._hidden: dict[str, str] = {}  # secret value (or one line of it) -> its name

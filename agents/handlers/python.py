@@ -28,6 +28,8 @@ async def run_python(task: dict[str, Any], ctx: RunContext) -> Outcome:
     except (TaskNotFound, SecretNotFound) as exc:
         return Outcome(False, str(exc), retryable=False)
     args, kwargs = task.get("args") or [], task.get("kwargs") or {}
+    if task.get("parent_results"):
+        kwargs = {**kwargs, "parent_results": ctx.parent_results}
     if not inspect.iscoroutinefunction(fn):
         return await _run_in_worker(task["function"], args, kwargs, env, ctx)
     token = enter_job(CurrentJob(ctx.job_id, ctx.attempt, env))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from typing import Any
+
+import orjson
 
 from agents.handlers.base import Outcome, RunContext
 from agents.process import describe_exit, die_with_parent, stop_group
@@ -21,6 +24,30 @@ async def run_shell(task: dict[str, Any], ctx: RunContext) -> Outcome:
     env["JOBDECK_ATTEMPT"] = str(ctx.attempt)
     if ctx.traceparent:  # W3C trace context: an instrumented task's spans join the job's trace
         env["TRACEPARENT"] = ctx.traceparent
+    if task.get("parent_results"):
+        results_file = await asyncio.to_thread(_write_results, ctx.parent_results)
+        env["JOBDECK_PARENT_RESULTS_FILE"] = results_file
+        text = orjson.dumps(ctx.parent_results).decode()
+        if len(text) <= RESULTS_ENV_MAX:
+            env["JOBDECK_PARENT_RESULTS"] = text
+        try:
+            return await _run(task, ctx, env)
+        finally:
+            await asyncio.to_thread(os.unlink, results_file)
+    return await _run(task, ctx, env)
+
+
+RESULTS_ENV_MAX = 32 * 1024  # bigger parents' results are in the file only (the environment has limits)
+
+
+def _write_results(results: dict[str, Any]) -> str:
+    fd, path = tempfile.mkstemp(prefix="jobdeck-parent-results-", suffix=".json")
+    with os.fdopen(fd, "wb") as f:
+        f.write(orjson.dumps(results))
+    return path
+
+
+async def _run(task: dict[str, Any], ctx: RunContext, env: dict[str, str]) -> Outcome:
     common: dict[str, Any] = dict(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,

@@ -97,6 +97,15 @@ def _env_values(env: Any) -> Any:
     return env
 
 
+PARENT_RESULTS_SHELL = (
+    "pass the results of the jobs this one depends on: a JSON object {ref or id: result} in the "
+    "file named by $JOBDECK_PARENT_RESULTS_FILE (and in $JOBDECK_PARENT_RESULTS when under 32 KiB)"
+)
+PARENT_RESULTS_PYTHON = (
+    "pass the results of the jobs this one depends on as the keyword argument parent_results: {ref or id: result}"
+)
+
+
 class ShellTask(_Strict):
     """Run a command: `command` (a /bin/sh string) or `argv` (no shell), exactly one of them."""
 
@@ -107,6 +116,7 @@ class ShellTask(_Strict):
     argv: list[Text] | None = Field(None, min_length=1)
     env: dict[str, str | SecretRef] = Field(default_factory=dict, description=ENV_DOC)
     cwd: Text | None = None
+    parent_results: bool = Field(False, description=PARENT_RESULTS_SHELL)
 
     _env = field_validator("env", mode="before")(_env_values)
 
@@ -147,6 +157,7 @@ class PythonTask(_Strict):
         default_factory=dict,
         description=ENV_DOC + "; a sync function finds them in os.environ, any in current_job().env",
     )
+    parent_results: bool = Field(False, description=PARENT_RESULTS_PYTHON)
 
     _env = field_validator("env", mode="before")(_env_values)
 

@@ -135,3 +135,13 @@ async def list_workflows(c: Conn, state: str | None, before_id: int | None,
     rows = await c.fetch(f"{SELECT_WORKFLOW} WHERE ($1::text IS NULL OR state = $1) AND ($2::bigint IS NULL OR id < $2) "
                          "ORDER BY id DESC LIMIT $3", state, before_id, limit)  # fmt: skip
     return [(to_workflow(tuple(r)), await counts_of(c, r[0])) for r in rows]
+
+
+async def parent_results(c: Conn, child_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """child id -> {parent's ref (or id): its result}."""
+    out: dict[int, dict[str, Any]] = {i: {} for i in child_ids}
+    q = ("SELECT d.child_id, p.id, p.ref, p.result FROM job_deps d JOIN jobs p ON p.id = d.parent_id "
+         "WHERE d.child_id = ANY($1::bigint[])")  # fmt: skip
+    for child, pid, ref, result in await c.fetch(q, list(child_ids)):
+        out[child][ref or str(pid)] = sql.loads(result)
+    return out

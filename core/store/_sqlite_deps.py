@@ -6,6 +6,8 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import orjson
+
 from core.model import Change, Job
 from core.store._sqlite_writer import Tx
 from core.store.base import JobChanges
@@ -134,3 +136,14 @@ def graph(c: sqlite3.Connection, workflow_id: int) -> list[dict[str, Any]]:
     for parent, child in c.execute(q, (workflow_id,)):
         nodes[child]["parents"].append(parent)
     return list(nodes.values())
+
+
+def parent_results(c: sqlite3.Connection, child_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """child id -> {parent's ref (or id): its result}."""
+    out: dict[int, dict[str, Any]] = {i: {} for i in child_ids}
+    for chunk in _chunks(child_ids):
+        q = (f"SELECT d.child_id, p.id, p.ref, p.result FROM job_deps d JOIN jobs p ON p.id = d.parent_id "
+             f"WHERE d.child_id IN ({_marks(len(chunk))})")  # fmt: skip
+        for child, pid, ref, result in c.execute(q, tuple(chunk)):
+            out[child][ref or str(pid)] = None if result is None else orjson.loads(result)
+    return out

@@ -571,6 +571,10 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
         """(parent ids, child ids) of a job."""
         return await self._read(lambda c: deps_sql.job_edges(c, job_id))
 
+    async def parent_results(self, child_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """For each job, its parents' results by ref (or id): what a task with parent_results receives."""
+        return await self._read(lambda c: deps_sql.parent_results(c, child_ids))
+
     async def change_workflow(self, workflow_id: int, action: str, decide: Decide) -> Workflow:
         """cancel, pause or resume a workflow: its flag and `decide` on each of its jobs the action
         takes (core.workflow.WORKFLOW_ACTIONS), in one transaction; Conflict if it does not apply."""

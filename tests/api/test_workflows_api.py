@@ -123,3 +123,41 @@ async def test_cancel_a_running_workflow_stops_it_and_it_ends_cancelled(running:
     assert got["cancel_requested"] is True
     wf = await wait_workflow(running, out["workflow"]["id"])
     assert wf["state"] == "cancelled" and wf["counts"] == {"cancelled": 2}, wf
+
+
+def py(ref: str, function: str, *deps: str, args: list[Any] | None = None, **extra: Any) -> dict[str, Any]:
+    task = {"kind": "python", "function": function, "args": args or [], **extra.pop("task_extra", {})}
+    return {"ref": ref, "task": task, "depends_on": list(deps), **extra}
+
+
+async def test_results_flow_down_to_python_and_shell_children(running: RunningNode, tmp_path: Any) -> None:
+    seen = tmp_path / "seen.json"
+    out = await running.client.submit_workflow("results", [
+        py("two", "tests.agents.tasks_for_tests:add", args=[1, 1]),
+        py("three", "tests.agents.tasks_for_tests:add", args=[1, 2]),
+        py("sum", "agents.builtin:echo", "two", "three", task_extra={"parent_results": True}),
+        {"ref": "shell", "depends_on": ["two"],
+         "task": {"kind": "shell", "parent_results": True,
+                  "command": f'cat "$JOBDECK_PARENT_RESULTS_FILE" > {seen}; echo "env=$JOBDECK_PARENT_RESULTS"'}},
+        py("plain", "agents.builtin:echo", "two"),
+    ])  # fmt: skip
+    wf = await wait_workflow(running, out["workflow"]["id"])
+    assert wf["state"] == "succeeded", wf
+    got = await running.client.get_job(out["ids"]["sum"])
+    assert got["result"] == {"args": [], "kwargs": {"parent_results": {"two": 2, "three": 3}}}, got["result"]
+    plain = await running.client.get_job(out["ids"]["plain"])
+    assert plain["result"] == {"args": [], "kwargs": {}}, "a task that did not ask gets nothing"
+    assert seen.read_text() == '{"two":2}'
+    attempts = await running.client.attempts(out["ids"]["shell"])
+    assert 'env={"two":2}' in attempts[-1]["output"], attempts[-1]["output"]
+
+
+async def test_parents_results_over_the_limit_fail_the_child_saying_why(running: RunningNode) -> None:
+    # each result is kept up to 256 KiB (agents/runtime.py): five of 250,000 bytes are over 1 MiB together
+    bigs = [py(f"big{i}", "tests.agents.tasks_for_tests:big_result", args=[250_000, 0]) for i in range(5)]
+    child = py("child", "agents.builtin:echo", *(b["ref"] for b in bigs), task_extra={"parent_results": True})
+    out = await running.client.submit_workflow("too-big", [*bigs, child])
+    wf = await wait_workflow(running, out["workflow"]["id"])
+    got = await running.client.get_job(out["ids"]["child"])
+    assert got["state"] == "dead" and got["attempt"] == 1, got
+    assert "over the limit of 1,048,576" in got["last_error"] and wf["state"] == "failed", got["last_error"]
