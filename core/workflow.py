@@ -186,7 +186,7 @@ def count_parent_ends(
         child.deps_left -= d
         if d > 0 and parent in failed and (child.dep_failed is None or parent < child.dep_failed):
             child.dep_failed = parent
-        elif d < 0 and child.dep_failed == parent:
+        elif d <= 0 and child.dep_failed == parent:  # retried, or a late success (d == 0)
             recompute.add(child_id)
     return recompute
 

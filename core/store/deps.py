@@ -12,7 +12,15 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 from core.model import Change, Job, JobState, Policy
-from core.workflow import FAILED_STATES, count_parent_ends, decide_after_parents, ended, workflow_state
+from core.workflow import (
+    FAILED_STATES,
+    OK_STATES,
+    count_parent_ends,
+    decide_after_parents,
+    decide_release,
+    ended,
+    workflow_state,
+)
 
 T = TypeVar("T")
 
@@ -58,6 +66,9 @@ async def settle(io: DepsIO, moved: list[tuple[Job, str]], now: float, policy: P
             if d:
                 deltas[job.id] = d
                 (failed if d > 0 and job.state in FAILED_STATES else retried if d < 0 else set()).add(job.id)
+            elif before in FAILED_STATES and job.state in OK_STATES:  # a late result: dead -> succeeded
+                deltas[job.id] = 0  # still ended; what it cancelled waits again, as for a retry
+                retried.add(job.id)
             if job.state == JobState.BLOCKED and before != JobState.BLOCKED and d == 0:
                 waiting[job.id] = job
         if waiting:  # only jobs with parents (a schedule's buffered run is blocked too, on its own terms)
@@ -84,6 +95,8 @@ async def settle(io: DepsIO, moved: list[tuple[Job, str]], now: float, policy: P
             if change is not None:
                 io.apply(job, change)
                 moved.append((job, before))
+                if job.state == JobState.BLOCKED and (again := decide_release(job, now, policy)) is not None:
+                    io.apply(job, again)  # re-armed with every parent done already (a late result)
         await io.flush()
     if workflows:
         await update_workflows(io, sorted(workflows), now)

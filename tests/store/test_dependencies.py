@@ -136,6 +136,20 @@ async def test_retrying_a_failed_parent_rearms_the_children_it_cancelled(kit: St
     assert await states(s, mixed) == ["queued"]
 
 
+async def test_a_late_success_of_a_parent_recorded_lost_releases_what_it_had_cancelled(kit: StoreKit) -> None:
+    s = kit.store
+    a = await add(s, "a", max_attempts=1)
+    b = await add(s, "b", [a])
+    c = await add(s, "c", [b])
+    [claimed] = await s.claim_jobs(ClaimRequest("a1", 1, queues=frozenset({"a"})), utcnow())
+    lost = RunResult(a.id, claimed.attempt, "lost", error="lease expired")
+    await s.change_jobs({a.id: lambda j: decide_finish(j, lost, utcnow(), POLICY)})
+    assert await states(s, a, b, c) == ["dead", "cancelled", "cancelled"]
+    late = RunResult(a.id, claimed.attempt, "succeeded")  # the run had finished after all
+    await s.change_jobs({a.id: lambda j: decide_finish(j, late, utcnow(), POLICY)})
+    assert await states(s, a, b, c) == ["succeeded", "queued", "blocked"], "the late success counts as a success"
+
+
 async def test_a_paused_blocked_job_is_released_when_resumed(kit: StoreKit) -> None:
     s = kit.store
     a = await add(s, "a")
