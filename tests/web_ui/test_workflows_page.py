@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.web_ui.conftest import Dashboard
+from tests.web_ui.conftest import NAV_TIMEOUT, Dashboard
 from tests.web_ui.test_dashboard import api
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -47,8 +47,10 @@ def test_the_dag_is_drawn_and_coloured_live(open_page: OpenPage, web: Dashboard,
     expect(page.locator("#wf-state")).to_have_text("succeeded")
     if SHOTS.is_dir():
         page.screenshot(path=str(SHOTS / "web-workflow.png"), full_page=True)
-    node.click()
-    expect(page).to_have_url(f"{web.url}/jobs/{ids['load']}")
+    assert node.get_attribute("href") == f"/jobs/{ids['load']}"
+    node.click(timeout=NAV_TIMEOUT)  # a link: the page loads anew (long on a loaded two-core machine)
+    expect(page).to_have_url(f"{web.url}/jobs/{ids['load']}", timeout=NAV_TIMEOUT)
+    expect(page.locator("#detail-state")).to_have_text("succeeded", timeout=NAV_TIMEOUT)
 
 
 def test_pause_resume_and_cancel_from_the_list(open_page: OpenPage, web: Dashboard) -> None:
