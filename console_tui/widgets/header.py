@@ -20,7 +20,7 @@ CONNECTION_STYLES = {
 }
 VIEWS = (("1", "jobs", "Jobs"), ("2", "queues", "Queues"), ("3", "agents", "Agents"),
          ("4", "schedules", "Schedules"), ("5", "dead", "Dead letters"), ("6", "events", "Events"),
-         ("7", "alerts", "Alerts"), ("8", "workflows", "Workflows"))  # fmt: skip
+         ("7", "alerts", "Alerts"), ("8", "workflows", "DAGs"))  # fmt: skip
 ALERT_SHOWN_FOR = 900.0  # seconds the header keeps the latest alert (a resolve notice replaces it)
 
 
