@@ -1,4 +1,4 @@
--- Job dependencies and workflows (core/workflow.py), as in SQLite's 0014. A job may belong to a
+-- Job dependencies and workflows (core/workflow.py), as in SQLite's 0015. A job may belong to a
 -- workflow (with its ref there), says what a parent ending dead or cancelled does to it, and keeps
 -- the count of its parents that have not ended and the first parent that failed. Nodes finishing
 -- parents of one child lock the child's row to count, so exactly one of them releases it.
