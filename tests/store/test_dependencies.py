@@ -18,6 +18,7 @@ from core.model import (
     build_job,
     decide_cancel,
     decide_finish,
+    decide_lease_expired,
     decide_pause,
     decide_resume,
     decide_retry,
@@ -223,3 +224,30 @@ async def test_two_nodes_finishing_the_parents_of_one_child_together_release_it_
         assert await states(s1, c) == ["queued"], f"round {round_}: the child must be released"
         released = [e for e in await s1.events_since(0, 100_000) if e.job_id == c.id and e.type == "job.queued"]
         assert len(released) == 1, f"round {round_}: released {len(released)} times, expected exactly once"
+
+
+@two_nodes
+async def test_a_node_dying_mid_workflow_the_other_reaps_and_finishes_it(kit: StoreKit) -> None:
+    from core.store.postgres import PostgresStore
+
+    s2 = kit.store
+    s1 = PostgresStore(kit.url, POLICY, on_commit=lambda events: None)  # node 1: closed by the test, not the kit
+    await s1.open()
+    jobs = [job("die-a", max_attempts=2), job("die-b")]
+    wf = await s1.submit_workflow("dies", jobs, [None, Deps(index=[0])])
+    a, b = jobs
+    [held] = await s1.claim_jobs(ClaimRequest("node1-agent", 1, queues=frozenset({a.queue})), utcnow())
+    await s1.close()  # node 1 is gone with its agent; its lease runs out
+    later = utcnow() + POLICY.lease_seconds + 1
+    assert await s2.expired_lease_ids(later, 10) == [a.id]
+    await s2.change_jobs({a.id: lambda j: decide_lease_expired(j, later, POLICY)})
+    assert await states(s2, a, b) == ["failed", "blocked"], "the lost attempt counts; the child still waits"
+    await s2.promote_due_jobs(later + 3600, 10)
+    [again] = await s2.claim_jobs(ClaimRequest("node2-agent", 1, queues=frozenset({a.queue})), utcnow())
+    assert again.id == a.id and again.attempt == held.attempt + 1
+    res = RunResult(a.id, again.attempt, "succeeded")
+    await s2.change_jobs({a.id: lambda j: decide_finish(j, res, utcnow(), POLICY)})
+    assert await states(s2, b) == ["queued"], "node 2 released the child in the parent's commit"
+    await run(s2, b)
+    got, _ = await s2.get_workflow(wf.id)
+    assert got.state == "succeeded"
