@@ -26,7 +26,7 @@ import httpx
 import orjson
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
@@ -40,7 +40,7 @@ RATE, CHANNELS = 100.0, 10
 P99_FLOOR = Floor("<=", 100.0)  # ms, commit -> receiver, healthy receivers
 SLOW_FLOOR = Floor("<=", 1.10)  # the healthy channels' p99 with a timing-out receiver / without
 QUEUE = "nlag"
-JOB = {"queue": "hooked", "delay": 3600, "task": {"kind": "shell", "command": "true"}}
+JOB = {"queue": "hooked", "task": {"kind": "shell", "command": "true"}}  # the server has no agent: they wait
 
 
 class _Receiver:
@@ -52,7 +52,10 @@ class _Receiver:
         self._server: uvicorn.Server | None = None
 
     async def _ok(self, request: Request) -> PlainTextResponse:
-        body = await request.body()
+        try:
+            body = await request.body()
+        except ClientDisconnect:  # the server is stopping
+            return PlainTextResponse("gone")
         now = time.time()
         data = orjson.loads(body).get("data") or {}
         sent = (data.get("event") or {}).get("ts") or data.get("sent")
@@ -86,7 +89,9 @@ class _Receiver:
                 await asyncio.wait_for(task, 5)
 
 
-async def _latency_run(ctx: RunContext, rx: _Receiver, slow: bool) -> list[float]:
+async def _latency_run(ctx: RunContext, rx: _Receiver, slow: bool) -> tuple[list[float], int, float]:
+    """The commit -> receiver lags (ms, sorted) of what arrived, how many were due, and the
+    deliveries per second the receiver got from the load's start to the last arrival."""
     seconds = ctx.scale.console_seconds
     async with ctx.server("notify-slow" if slow else "notify", slots=0) as (srv, _), httpx.AsyncClient(
         base_url=srv.url, timeout=30
@@ -109,13 +114,15 @@ async def _latency_run(ctx: RunContext, rx: _Receiver, slow: bool) -> list[float
         )
         load = subprocess.Popen([sys.executable, "-m", "bench.console_load", srv.url, str(RATE), str(seconds), QUEUE])
         expected = int(RATE * seconds) * CHANNELS
-        deadline = time.monotonic() + seconds + 60
+        started = time.monotonic()
+        deadline = started + seconds + 60
+        last, last_at = -1, started
         while (load.poll() is None or len(rx.lags) < expected) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
+            if len(rx.lags) != last:
+                last, last_at = len(rx.lags), time.monotonic()
         load.wait(10)
-        if len(rx.lags) < expected:
-            raise BenchError(f"only {len(rx.lags):,} of {expected:,} deliveries arrived within 60 s of the load's end")
-        return sorted(rx.lags)
+        return sorted(rx.lags), expected, len(rx.lags) / max(last_at - started, 1e-6)
 
 
 async def _baseline(rx: _Receiver, seconds: float) -> list[float]:
@@ -136,19 +143,33 @@ async def _baseline(rx: _Receiver, seconds: float) -> list[float]:
 
 async def delivery_latency(ctx: RunContext) -> list[Figure]:
     async with _Receiver().serving() as rx:
-        healthy = await _latency_run(ctx, rx, slow=False)
+        healthy, expected, rate = await _latency_run(ctx, rx, slow=False)
         ctx.progress("baseline: this process POSTing to the same receiver at the same rate")
         base = await _baseline(rx, ctx.scale.console_seconds)
-        with_slow = await _latency_run(ctx, rx, slow=True)
-    p99, p99_slow = percentile(healthy, 99), percentile(with_slow, 99)
-    note = f"{len(healthy):,} deliveries: {RATE:.0f} job.created/s x {CHANNELS} channels, signed, logged"
+        with_slow, expected_slow, _ = await _latency_run(ctx, rx, slow=True)
+    late = expected - len(healthy)
+    # a delivery that did not arrive within 60 s of the load's end counts as later than any that did
+    p99 = percentile(healthy, 99) if not late or late / expected < 0.01 else None
+    p99_slow = percentile(with_slow, 99) if expected_slow - len(with_slow) < expected_slow / 100 else None
+    note = (
+        f"{len(healthy):,} of {expected:,} deliveries ({RATE:.0f} job.created/s x {CHANNELS} channels, signed, logged)"
+    )
     return [
-        Figure(NAME, "commit -> receiver p50", percentile(healthy, 50), "ms", None),
-        Figure(NAME, "commit -> receiver p99", p99, "ms", P99_FLOOR, note),
+        Figure(NAME, "delivered / due", len(healthy) / expected, "ratio", None, note),
+        Figure(NAME, "deliveries/s received", rate, "/s", None, f"due: {RATE * CHANNELS:,.0f}/s during the load"),
+        Figure(NAME, "commit -> receiver p50", percentile(healthy, 50), "ms", None, "of those that arrived"),
+        Figure(
+            NAME,
+            "commit -> receiver p99",
+            p99,
+            "ms",
+            P99_FLOOR,
+            "" if p99 is not None else "over 1 % did not arrive within 60 s: p99 is beyond it",
+        ),
         Figure(NAME, "baseline: direct POST p50", percentile(base, 50), "ms", None, "this process -> receiver"),
         Figure(NAME, "baseline: direct POST p99", percentile(base, 99), "ms", None),
         Figure(NAME, "p99 with a receiver that hangs", p99_slow, "ms", None, "an 11th channel times out (2 s)"),
-        Figure(NAME, "p99 with it / without", p99_slow / p99 if p99 else None, "ratio", SLOW_FLOOR),
+        Figure(NAME, "p99 with it / without", p99_slow / p99 if p99 and p99_slow else None, "ratio", SLOW_FLOOR),
     ]
 
 

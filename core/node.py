@@ -139,6 +139,10 @@ class Node:
         await self.engine.start()
         self.retention.start()
         if self.settings.notify_send:
+            if self.settings.log_level.lower() != "debug":
+                # httpx logs every request at INFO: a line per notification sent, a thousand a second
+                # under load, which cost more CPU than the sends; the delivery log has each attempt.
+                logging.getLogger("httpx").setLevel(logging.WARNING)
             self.notifier.start()
         for relay in self.relays:
             relay.start()

@@ -113,6 +113,8 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         self._workers: set[asyncio.Task[None]] = set()
         self._http: httpx.AsyncClient | None = None
+        self._results: list[AttemptResult] = []  # attempts made, not yet written
+        self._recorder: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Start claiming and sending in the background."""
@@ -132,6 +134,9 @@ class Dispatcher:
         for t in list(self._workers):
             with contextlib.suppress(BaseException):
                 await t
+        if self._recorder is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self._recorder, 10)
         unsent = [d["id"] for ch in self._channels.values() for d in ch.queue]
         self._channels.clear()
         if unsent:
@@ -241,11 +246,21 @@ class Dispatcher:
             retry_at = now + retry_delay(attempt, self.rand)
         result = AttemptResult(d["id"], channel["id"], sent.ok, sent.status, sent.latency_ms, sent.response,
                                sent.error, retry_at, counts, int(cfg.get("disable_after", DEFAULT_DISABLE_AFTER)))  # fmt: skip
-        try:
-            disabled = await self.store.record_attempts([result])
-        except Exception as exc:  # the claim lapses and the delivery is sent again: at least once
-            log.warning("notifications: cannot record attempt %d of delivery %d: %s", attempt, d["id"], exc)
-            return
-        for c in disabled:
-            log.warning("notifications: channel %s disabled: %s", c["name"], c["disabled_reason"])
-            ch.settings = None
+        self._results.append(result)
+        if self._recorder is None or self._recorder.done():
+            self._recorder = asyncio.create_task(self._record())
+
+    async def _record(self) -> None:
+        """Write the attempts that finished meanwhile, many in one store call (a thousand a second
+        would otherwise be a thousand writes); the worker goes on to its next delivery at once."""
+        while self._results:
+            await asyncio.sleep(0)  # let the sends finishing in this turn of the loop join the batch
+            batch, self._results = self._results, []
+            try:
+                disabled = await self.store.record_attempts(batch)
+            except Exception as exc:  # the claims lapse and the deliveries are sent again: at least once
+                log.warning("notifications: cannot record %d attempts: %s", len(batch), exc)
+                continue
+            for c in disabled:
+                log.warning("notifications: channel %s disabled: %s", c["name"], c["disabled_reason"])
+                self._channel(int(c["id"])).settings = None
