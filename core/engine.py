@@ -163,8 +163,12 @@ class Engine:
         dependencies, all or none; a cycle or a bad ref is an InvalidInput naming the job."""
         parents = validate_workflow(specs)
         now = self.clock()
-        jobs = [build_job(s, now, self.policy) for s in specs]
-        wf = await self.store.submit_workflow(name, jobs, [Deps(index=p) if p else None for p in parents])
+        with self.tracing.submit(len(specs)) as traceparent:  # one trace for the workflow's jobs
+            jobs = [build_job(s, now, self.policy) for s in specs]
+            if traceparent is not None:
+                for j in jobs:
+                    j.traceparent = traceparent
+            wf = await self.store.submit_workflow(name, jobs, [Deps(index=p) if p else None for p in parents])
         self._after_submit(jobs)
         return wf, jobs
 
