@@ -9,7 +9,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.agent_session import AgentSession
@@ -257,18 +257,30 @@ class AgentHub:
         limits = self.engine.queue_settings.get(job.queue, UNLIMITED)
         if limits.paused or limits.concurrency == 0:
             return waiting_reason(job.queue, limits, 0, Bucket(None, None), 0.0)
-        agents = self.describe()
+        agents = self._offers()
         if not agents:
             return "no agent is connected"
-        serving = [a for a in agents if a["queues"] == ["*"] or job.queue in a["queues"]]
+        serving = [a for a in agents if a[0] is None or job.queue in a[0]]
         if not serving:
             return f"no connected agent serves queue {job.queue!r}"
-        able = [a for a in serving if labels_satisfied(job.labels, a["labels"])]
+        able = [a for a in serving if labels_satisfied(job.labels, a[1])]
         if not able:
             return f"no connected agent has the labels {labels_text(job.labels)}"
-        if all(a["draining"] for a in able):
+        if all(a[2] for a in able):
             return "every agent that could run it is draining"
         return None
+
+    def _offers(self) -> list[tuple[Collection[str] | None, dict[str, str], bool]]:
+        """(queues, None for all; labels; draining) of each agent describe() lists, read without
+        building its view: every submit asks, and a view sorts the agent's running jobs."""
+        now = time.monotonic()
+        mine = [(s.queues, s.labels, s.draining) for s in self.sessions.values()]
+        theirs = [
+            (None if a["queues"] == ["*"] else a["queues"], a["labels"], a["draining"])
+            for a, seen in self.remote.values()
+            if now - seen < self.policy.lease_seconds and a["name"] not in self.sessions
+        ]
+        return mine + theirs
 
     async def finish_attempts(self, session: AgentSession, results: list[dict[str, Any]]) -> None:
         """Record what an agent reports, then acknowledge each result: recorded (None) or refused
