@@ -73,6 +73,15 @@ class AgentRefused(Exception):
     """The core will not take this agent (bad protocol version, name in use, bad token)."""
 
 
+class NameBusy(AgentRefused):
+    """The agent's name is held by a connection the core still counts as live: perhaps this
+    agent's own dead process, not yet noticed. Worth trying again for `retry_seconds`."""
+
+    def __init__(self, message: str, retry_seconds: float) -> None:
+        super().__init__(message)
+        self.retry_seconds = retry_seconds
+
+
 def _jsonable(value: Any) -> tuple[Any, int]:
     """The value as the job's result (and its JSON size): repr() if it is not JSON, a note if too big."""
     try:
@@ -132,6 +141,7 @@ class AgentRuntime:
     async def run_forever(self, connect: Callable[[], Awaitable[Channel]]) -> None:
         """Stay connected: reconnect with backoff whenever the link drops, until shut down."""
         delay = 0.2
+        busy_until: float | None = None
         while not self._stopping:
             try:
                 channel = await connect()
@@ -146,6 +156,15 @@ class AgentRuntime:
             delay = 0.2
             try:
                 await self.serve(channel)
+            except NameBusy as exc:
+                # A restart can beat the core to noticing that the old process died (a partition,
+                # a node that died with it): wait for the name to come free, up to what it says.
+                busy_until = busy_until or time.monotonic() + exc.retry_seconds
+                if time.monotonic() > busy_until:
+                    raise
+                log.warning("%s; trying again for up to %.0f s", exc, busy_until - time.monotonic())
+                await asyncio.sleep(1.0)
+                continue
             except AgentRefused:
                 raise
             except (ChannelClosed, ConnectionError, OSError) as exc:
@@ -175,6 +194,8 @@ class AgentRuntime:
         first = await channel.recv()
         if first.get("type") == "error":
             await channel.close()
+            if first.get("retry_seconds"):
+                raise NameBusy(str(first.get("message")), float(first["retry_seconds"]))
             raise AgentRefused(str(first.get("message")))
         self._channel = channel
         # Beat at least three times a lease, whatever we were configured with.

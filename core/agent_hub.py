@@ -57,12 +57,16 @@ class AgentHub:
         problem = self._registration_problem(hello)
         if problem is None and may_serve is not None:
             problem = may_serve([str(q) for q in hello.get("queues") or ["*"]])
+        refusal: dict[str, Any] = {}
         if problem is None:
             problem = await self._name_problem(hello)
+            # The name may be held by the agent's own dead process (not noticed yet): the agent may
+            # try again for a lease, after which a silent connection is dropped.
+            refusal = {"retry_seconds": 2 * self.policy.lease_seconds} if problem else {}
         if problem is not None:
             log.warning("refused an agent: %s", problem)
             with contextlib.suppress(ChannelClosed, ConnectionError):
-                await channel.send({"type": "error", "message": problem})
+                await channel.send({"type": "error", "message": problem, **refusal})
                 await channel.close()
             return
         session = AgentSession(self, channel, hello)

@@ -1,12 +1,13 @@
 """A TCP proxy for tests that need a network that loses what it was given: it relays both ways
-until told to swallow what the client sends (the bytes are read, counted and dropped, as a
-connection whose far end died after the kernel took the data). When the server side closes,
-the client side is closed too.
+until told to swallow (a partition: bytes either way are read, the client's counted, and
+dropped, as on a link whose far end died after the kernel took the data; a client that goes
+away meanwhile is not passed on, so the server still sees a live, silent connection). When
+the server side closes, the client side is closed too.
 
     proxy = await TcpProxy.start(target_port)
     proxy.url                 # http://127.0.0.1:PORT
-    proxy.swallow = True      # client -> server bytes vanish from now on
-    proxy.swallowed           # how many bytes vanished
+    proxy.swallow = True      # nothing passes from now on
+    proxy.swallowed           # how many bytes of the client vanished
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ class TcpProxy:
         self._writers |= {writer, up_writer}
         up = asyncio.create_task(self._pipe(reader, up_writer, upstream=True))
         down = asyncio.create_task(self._pipe(up_reader, writer, upstream=False))
-        await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+        if up in done and self.swallow:  # the client left during a partition: the server must not know
+            await down
         for t in (up, down):
             t.cancel()
         for w in (writer, up_writer):
@@ -57,8 +60,8 @@ class TcpProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, upstream: bool) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
-                if upstream and self.swallow:
-                    self.swallowed += len(data)
+                if self.swallow:
+                    self.swallowed += len(data) if upstream else 0
                     continue
                 writer.write(data)
                 await writer.drain()

@@ -242,10 +242,13 @@ class Drain(BaseModel):
 
 
 class AgentError(BaseModel):
-    """The registration was refused, or a message was malformed: the core closes the socket."""
+    """The registration was refused, or a message was malformed: the core closes the socket. With
+    `retry_seconds` (the name is held by a connection the core still counts as live, perhaps the
+    agent's own dead process): the agent may register again for that long."""
 
     type: Literal["error"]
     message: str
+    retry_seconds: float | None = None
 
 
 WS_SCHEMAS: dict[str, type[BaseModel]] = {

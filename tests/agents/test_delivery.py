@@ -224,3 +224,37 @@ async def test_a_name_connected_to_one_node_cannot_be_taken_on_another(pg_url: s
         _stop(first)
         for n in (a, b):
             n.kill()
+
+
+async def test_a_restart_waits_for_the_name_its_dead_process_still_holds(tmp_path: Path) -> None:
+    """The agent dies behind a partition (its node still sees a live, silent connection) and is
+    started again without its state folder (a new identity): the node refuses the name while it
+    counts the old connection live, the new process tries again instead of giving up, and once
+    the silent connection is dropped (a lease) it registers and the old run is retried."""
+    server = spawn_jobdeck(tmp_path / "data", "server", env={**LEASES, "JOBDECK_LEASE_SECONDS": "4"})
+    proxy = await TcpProxy.start(int(server.url.rsplit(":", 1)[1]))
+    agent = spawn_agent(proxy.url, "again", tmp_path, "--heartbeat", "1")
+    try:
+        async with JobDeckClient(server.url) as c:
+            await until(lambda: _registered(c, "again"), 30, "the agent to register through the proxy")
+            job = await c.submit({"task": recorder_task(tmp_path, 60), "backoff": {"base": 0.1, "cap": 0.1}})
+            await until(lambda: len(recorded_runs(tmp_path)) == 1, 30, "the job to start")
+            proxy.swallow = True
+            agent.kill()
+            agent.wait(10)
+            agent = spawn_agent(server.url, "again", tmp_path, "--state-dir", str(tmp_path / "fresh-state"))
+            log = tmp_path / "agent-again.log"
+            await until(lambda: "trying again for up to" in log.read_text(), 30, "the name to be refused for now")
+            await until(lambda: _registered(c, "again") if agent.poll() is None else True, 30, "the name to free")
+            assert agent.poll() is None, f"the restarted agent gave up:\n{log.read_text()}"
+
+            async def retried() -> list[dict[str, object]] | None:
+                attempts = await c.attempts(job["id"])
+                return attempts if len(attempts) == 2 and attempts[1]["outcome"] == "running" else None
+
+            attempts = await until(retried, 20, "the dead process's run to run again on the new one")
+        assert attempts[0]["outcome"] == "lost", attempts
+    finally:
+        _stop(agent)
+        await proxy.close()
+        server.kill()
