@@ -118,8 +118,10 @@ async def fan_out_in(ctx: RunContext) -> list[Figure]:
         t0 = time.perf_counter()
         out = await client.submit_workflow("fan", spec)
         fan_call = time.perf_counter() - t0
-        sink = await _wait_job(client, out["ids"]["sink"], ctx.scale.stall_seconds * 4)
+        # every job of the workflow succeeded (polled with stall detection, like the batch: no fixed deadline)
+        await wait_for_state(client, "fan", "succeeded", n, poll=0.05, stall=ctx.scale.stall_seconds)
         fan_e2e = time.perf_counter() - t0
+        sink = await client.get_job(out["ids"]["sink"])
         wf = await client.get_workflow(out["workflow"]["id"])
     if sink["state"] != "succeeded" or wf["state"] != "succeeded":
         raise BenchError(f"the fan workflow ended {wf['state']} (sink {sink['state']}): {wf['counts']}")

@@ -251,3 +251,29 @@ async def test_a_node_dying_mid_workflow_the_other_reaps_and_finishes_it(kit: St
     await run(s2, b)
     got, _ = await s2.get_workflow(wf.id)
     assert got.state == "succeeded"
+
+
+@two_nodes
+async def test_a_fan_in_finished_by_many_concurrent_batches_on_two_nodes_is_released(kit: StoreKit) -> None:
+    s1, s2 = kit.store, await kit.another()
+    n = 300
+    jobs = [job("fan-root"), *(job("fan-mid") for _ in range(n)), job("fan-sink")]
+    wf = await s1.submit_workflow(
+        "fan", jobs, [None, *(Deps(index=[0]) for _ in range(n)), Deps(index=list(range(1, n + 1)))]
+    )
+    await run(s1, jobs[0])
+    claimed = await s1.claim_jobs(ClaimRequest("a", n, queues=frozenset({"fan-mid"})), utcnow())
+    assert len(claimed) == n
+
+    def done(j: Job) -> Any:
+        res = RunResult(j.id, j.attempt, "succeeded")
+        return lambda x: decide_finish(x, res, utcnow(), POLICY)
+
+    batches = [claimed[i : i + 10] for i in range(0, n, 10)]
+    await asyncio.gather(
+        *((s1 if k % 2 else s2).change_jobs({j.id: done(j) for j in b}) for k, b in enumerate(batches))
+    )
+    sink = await s1.get_job(jobs[-1].id)
+    assert (sink.state, sink.deps_left) == ("queued", 0), (sink.state, sink.deps_left)
+    got, counts = await s1.get_workflow(wf.id)
+    assert counts == {"succeeded": n + 1, "queued": 1}, counts
