@@ -101,6 +101,7 @@ def main(
     name: str | None,
     queues: list[str],
     slots: int,
+    queue_slots: dict[str, int] | None = None,
     labels: dict[str, str],
     imports: list[str],
     heartbeat_seconds: float,
@@ -126,6 +127,7 @@ def main(
     config = AgentConfig(
         queues=tuple(queues) or ("*",),
         slots=slots,
+        queue_slots=dict(queue_slots or {}),
         labels=labels,
         heartbeat_seconds=heartbeat_seconds,
         kill_grace_seconds=kill_grace_seconds,

@@ -46,6 +46,7 @@ class AgentConfig:
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     queues: tuple[str, ...] = ("*",)
     slots: int = 32
+    queue_slots: dict[str, int] = field(default_factory=dict)  # bulkheads: slots kept for a queue
     labels: dict[str, str] = field(default_factory=dict)
     heartbeat_seconds: float = 5.0
     kill_grace_seconds: float = 5.0
@@ -186,6 +187,7 @@ class AgentRuntime:
                 "version": VERSION,
                 "queues": list(c.queues),
                 "slots": c.slots,
+                "queue_slots": c.queue_slots,
                 "labels": c.labels,
                 "running": self.running_pairs(),
                 "finished": self.finished_pairs(),

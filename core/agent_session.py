@@ -7,6 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from core.flow import AgentClaim, agent_claims
 from core.model import Job
 from core.protocol import Channel, ChannelClosed, Message
 
@@ -47,6 +48,9 @@ class AgentSession:
         self.slots = int(hello.get("slots", 1))
         self.labels: dict[str, str] = dict(hello.get("labels") or {})
         self.running: dict[int, int] = {}  # job id -> attempt
+        # Bulkheads: slots kept for a queue (`--queues emails:50,reports:10`), and the queue of each run.
+        self.queue_slots: dict[str, int] = {str(q): int(n) for q, n in (hello.get("queue_slots") or {}).items()}
+        self.run_queue: dict[int, str] = {}
         # Runs whose result arrived and is being recorded: their slots count as free already, so
         # the dispatcher claims for them while the results commit (often in the same transaction).
         self.finishing: dict[int, int] = {}
@@ -73,6 +77,7 @@ class AgentSession:
             "pid": self.pid,
             "version": self.version,
             "queues": sorted(self.queues) if self.queues is not None else ["*"],
+            "queue_slots": self.queue_slots,
             "labels": self.labels,
             "slots": self.slots,
             "slots_used": len(self.running),
@@ -83,9 +88,21 @@ class AgentSession:
             "connected_at": self.connected_at,
         }
 
+    def claims(self) -> list[AgentClaim]:
+        """The claims its free slots ask for (core.flow.agent_claims: one, or one per bulkhead)."""
+        if not self.queue_slots:
+            return [AgentClaim(self.queues, self.free)] if self.free > 0 else []
+        self.run_queue = {j: q for j, q in self.run_queue.items() if j in self.running}
+        used: dict[str, int] = {}
+        for q in self.run_queue.values():
+            used[q] = used.get(q, 0) + 1
+        return agent_claims(self.queues, self.slots, self.queue_slots, used, self.busy, self.free)
+
     async def assign(self, jobs: list[Job], extras: dict[int, Message] | None = None) -> None:
         for j in jobs:
             self.running[j.id] = j.attempt
+            if self.queue_slots:
+                self.run_queue[j.id] = j.queue
         extras = extras or {}
         await self.channel.send({"type": "assign", "jobs": [assignment(j, extras.get(j.id)) for j in jobs]})
 

@@ -430,10 +430,16 @@ class Engine:
         running = await self.store.running_counts() if limited else {}
         caps = {q: max(0, c - running.get(q, 0)) for q, c in limited.items()}
         assigned = False
-        for s in ready:
+        for s, plan in ((agent, c) for agent in ready for c in agent.claims()):
             if s.free <= 0 or s.name not in self.hub.sessions:
                 continue
-            req = ClaimRequest(s.name, min(s.free, self.settings.claim_batch), s.queues, paused, caps, s.labels)
+            mine = (
+                caps
+                if plan.caps is None
+                else {**plan.caps, **{q: min(n, plan.caps.get(q, n)) for q, n in caps.items()}}
+            )
+            req = ClaimRequest(s.name, min(plan.limit, s.free, self.settings.claim_batch), plan.queues,
+                               paused | plan.leave, mine, s.labels)  # fmt: skip
             now = self.clock()
             jobs = await self.store.claim_jobs(req, now)
             if req.wake_at is not None and (self._next_room_at is None or req.wake_at < self._next_room_at):

@@ -318,3 +318,62 @@ def merge_keys(picked: list[Candidate]) -> list[tuple[float, int]]:
     the picks' own keys sorted, handed out in pick order, so a claim that must cut the merge keeps
     this queue's first picks (its rotation), not its oldest jobs."""
     return sorted((c.sort_key, c.id) for c in picked)
+
+
+# ---------------------------------------------------------------- bulkheads (slots an agent keeps per queue)
+
+
+def parse_bulkheads(text: str) -> tuple[list[str], dict[str, int]]:
+    """`emails:50,reports:10,*` as the queues an agent serves and the slots it keeps for each numbered
+    one (a queue without a number, or `*` for any other, shares the slots left over). ValueError
+    says what is wrong."""
+    queues: list[str] = []
+    reserved: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, number = part.partition(":")
+        name = name.strip()
+        if not name:
+            raise ValueError(f"{part!r}: a queue name before the ':'")
+        if sep:
+            if name == "*":
+                raise ValueError("'*' takes the slots left over: it has no number of its own")
+            if not number.strip().isdigit() or int(number) < 1:
+                raise ValueError(f"{part!r}: the slots kept for a queue are a whole number, at least 1")
+            reserved[name] = int(number)
+        if name in queues:
+            raise ValueError(f"queue {name!r} is named twice")
+        queues.append(name)
+    return queues, reserved
+
+
+@dataclass(frozen=True, slots=True)
+class AgentClaim:
+    """One claim to make for an agent: from which queues (None: any), how many, and queues to leave."""
+
+    queues: frozenset[str] | None
+    limit: int
+    leave: frozenset[str] = frozenset()
+    caps: dict[str, int] | None = None  # queue -> how many more this agent may run of it
+
+
+def agent_claims(queues: frozenset[str] | None, slots: int, reserved: dict[str, int], used: dict[str, int],
+                 busy: int, free: int) -> list[AgentClaim]:  # fmt: skip
+    """The claims to make for an agent with `free` slots. Without bulkheads: one, for all it serves.
+    With them: one for the numbered queues, each up to the slots it keeps minus those its jobs use;
+    one for the other queues it serves, up to the shared slots (`slots` minus every reservation) that
+    are free. So a flood in one queue never takes the slots another queue keeps."""
+    if not reserved:
+        return [AgentClaim(queues, free)] if free > 0 else []
+    rooms = {q: max(0, n - used.get(q, 0)) for q, n in reserved.items()}
+    out = []
+    numbered = sum(rooms.values())
+    if numbered and free:
+        out.append(AgentClaim(frozenset(q for q, r in rooms.items() if r), min(numbered, free), caps=rooms))
+    shared_used = busy - sum(min(used.get(q, 0), n) for q, n in reserved.items())
+    shared_free = min(free, slots - sum(reserved.values()) - max(0, shared_used))
+    others = None if queues is None else queues - set(reserved)
+    if shared_free > 0 and (others is None or others):
+        out.append(AgentClaim(others, shared_free, leave=frozenset(reserved)))
+    return out

@@ -291,6 +291,7 @@ class AgentView(_Out):
     pid: int | None
     version: str
     queues: list[str] = Field(description='["*"] for every queue')
+    queue_slots: dict[str, int] = Field(default_factory=dict, description="slots kept for a queue (bulkheads)")
     labels: dict[str, str]
     slots: int
     slots_used: int

@@ -91,8 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("agent", help="run an agent that takes jobs from a core node")
     s.add_argument("--name", help="unique agent name (default: host-pid)")
-    s.add_argument("--queues", default="*", help="comma-separated queues to serve (default: all)")
-    s.add_argument("--slots", type=int, default=32, help="jobs run at once (default 32)")
+    s.add_argument("--queues", default="*",
+                   help="comma-separated queues to serve (default: all); QUEUE:N keeps N slots for QUEUE alone "
+                   "(bulkheads: `emails:50,reports:10,*`: a flood of reports never takes an email's slot; queues "
+                   "without a number, or * for any other, share the slots left over)")  # fmt: skip
+    s.add_argument("--slots", type=int, default=None,
+                   help="jobs run at once (default 32, plus the slots --queues keeps)")  # fmt: skip
     s.add_argument(
         "--token",
         default=os.environ.get("JOBDECK_TOKEN", ""),

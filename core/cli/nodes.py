@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from core.client import DEFAULT_SERVER
 from core.config import Settings, load_settings
 from core.errors import JobDeckError
+from core.flow import parse_bulkheads
 from core.obs.logs import setup_logging
 
 if TYPE_CHECKING:
@@ -225,14 +226,24 @@ def cmd_agent(args: argparse.Namespace) -> int:
         if not sep or not key:
             raise JobDeckError(f"--label {pair!r} must look like key=value")
         labels[key] = value
-    if args.slots < 1:
+    try:
+        queues, reserved = parse_bulkheads(args.queues)
+    except ValueError as exc:
+        raise JobDeckError(f"--queues: {exc}", field="queues") from None
+    shared = [q for q in queues if q not in reserved]
+    slots = args.slots if args.slots is not None else sum(reserved.values()) + (32 if shared or not reserved else 0)
+    if slots < 1:
         raise JobDeckError("--slots must be at least 1")
+    if slots < sum(reserved.values()):
+        raise JobDeckError(f"--slots {slots} is fewer than the {sum(reserved.values())} slots --queues keeps "
+                           "for its queues", field="slots")  # fmt: skip
     return agent_main(
         args.server,
         ca_file=args.ca_file,
         name=args.name,
-        queues=[q for q in args.queues.split(",") if q],
-        slots=args.slots,
+        queues=queues,
+        slots=slots,
+        queue_slots=reserved,
         labels=labels,
         imports=args.imports,
         heartbeat_seconds=args.heartbeat,

@@ -352,3 +352,31 @@ async def test_many_large_results_arrive_whole_and_an_oversized_one_is_noted(
     huge = await client.submit({"task": {**big, "args": [1_000_000]}})
     done = await client.wait_for(huge["id"], timeout=20)
     assert done["state"] == "succeeded" and "not kept" in done["result"], str(done["result"])[:200]
+
+
+async def test_bulkheads_keep_slots_for_a_queue_that_a_flood_elsewhere_cannot_take(
+    server: ServerProcess, client: JobDeckClient, agents: Agents
+) -> None:
+    """`--queues reports:2,emails:1,*`: 20 long reports fill only their 2 slots, an email starts at once in
+    its own, and another queue gets the shared slots (32 by default), none of them a report's."""
+    agents.start(server.url, "bulk", "--queues", "reports:2,emails:1,*")
+    await wait_agents(client, "bulk")
+    [me] = [a for a in await client.agents() if a["name"] == "bulk"]
+    assert (me["slots"], me["queue_slots"]) == (35, {"reports": 2, "emails": 1}), me
+    sleeper = {"kind": "python", "function": "agents.builtin:sleep", "args": [60]}
+    reports = [(await client.submit({"task": sleeper, "queue": "reports", "timeout": 120}))["id"] for _ in range(20)]
+
+    async def running_reports() -> int:
+        return sum(1 for j in (await client.list_jobs(queue="reports", state="running"))["jobs"])
+
+    assert await until(running_reports, 20, "2 reports to run") == 2
+    email = await client.submit({"task": {"kind": "python", "function": "agents.builtin:noop"}, "queue": "emails"})
+    assert (await client.wait_for(email["id"], timeout=20))["state"] == "succeeded", "the email had its own slot"
+    other = [(await client.submit({"task": sleeper, "queue": "misc", "timeout": 120}))["id"] for _ in range(5)]
+    for j in other:
+        await wait_state(client, j, "running", 20)
+    assert await running_reports() == 2, "18 reports wait: the shared slots are not theirs"
+    await client.bulk("cancel", ids=reports + other)
+    bad = subprocess.run([sys.executable, "-m", "core.cli", "agent", "--server", server.url, "--queues", "a:2",
+                          "--slots", "1"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode != 0 and "--slots 1 is fewer than the 2 slots --queues keeps" in bad.stderr, bad.stderr

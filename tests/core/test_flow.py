@@ -8,7 +8,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.flow import Bucket, Candidate, QueueLimits, Rotation, Share, claim_room, default_burst, pick, waiting_reason
+from core.flow import (
+    AgentClaim,
+    Bucket,
+    Candidate,
+    QueueLimits,
+    Rotation,
+    Share,
+    agent_claims,
+    claim_room,
+    default_burst,
+    parse_bulkheads,
+    pick,
+    waiting_reason,
+)
 
 FULL = Bucket(None, None)
 
@@ -112,3 +125,27 @@ def test_a_key_that_waited_climbs_a_band_per_aging_period() -> None:
     got = pick(urgent, 1, limits=QueueLimits(fair=True), key_running={}, rotation=Rotation(0.0, shares),
                now=1200.0, aging=60.0)  # fmt: skip
     assert [c.fairness_key for c in got] == ["lo"], "3 bands of waiting lift priority 0 over a busy priority 2"
+
+
+def test_bulkheads_parse_and_refuse_what_makes_no_sense() -> None:
+    assert parse_bulkheads("emails:50,reports:10,*") == (["emails", "reports", "*"], {"emails": 50, "reports": 10})
+    assert parse_bulkheads("a,b") == (["a", "b"], {})
+    for bad, words in (("emails:0", "at least 1"), ("emails:x", "whole number"), ("*:5", "left over"),
+                       (":5", "queue name"), ("a:1,a:2", "named twice")):  # fmt: skip
+        with pytest.raises(ValueError, match=words):
+            parse_bulkheads(bad)
+
+
+def test_an_agent_with_bulkheads_claims_each_queue_within_its_slots_and_shares_the_rest() -> None:
+    plain = agent_claims(frozenset({"a"}), 10, {}, {}, 3, 7)
+    assert plain == [AgentClaim(frozenset({"a"}), 7)]
+    # emails keeps 5, reports 2; 3 more shared by any other queue. reports runs 2 (full), emails 1, other 2.
+    claims = agent_claims(None, 10, {"emails": 5, "reports": 2}, {"emails": 1, "reports": 2}, 5, 5)
+    numbered, shared = claims
+    assert (
+        numbered.queues == frozenset({"emails"})
+        and numbered.limit == 4
+        and numbered.caps == {"emails": 4, "reports": 0}
+    )
+    assert shared == AgentClaim(None, 1, leave=frozenset({"emails", "reports"})), "3 shared, 2 of them used"
+    assert agent_claims(frozenset({"emails"}), 5, {"emails": 5}, {"emails": 5}, 5, 0) == [], "all kept slots busy"
