@@ -155,6 +155,7 @@ def _selection(flt: dict[str, Any], request: Request) -> JobFilter:
                      queue_patterns=visible_queues(request))  # fmt: skip
 
 
+DRY_RUN_COUNT_MS = 1000  # how long a dry run may count on PostgreSQL before it reads the ids instead
 SELECT_PAGE = 20_000  # ids read per page when a filter selects the jobs of a bulk action
 
 
@@ -182,7 +183,7 @@ async def bulk_action(body: BulkAction, engine: EngineDep, request: Request) -> 
         assert body.filter is not None
         selection = _selection(body.filter.model_dump(), request)
         if body.dry_run:  # an exact count from the indexes when the store has one (a tag's key range: 0.1 s
-            n, exact = await engine.store.count_jobs(selection)  # for 700,000), else the ids
+            n, exact = await engine.store.count_jobs(selection, DRY_RUN_COUNT_MS)  # for 700,000), else the ids
             matched = n if exact else None
         ids = [] if matched is not None else await _matching_ids(engine, selection)
     if body.dry_run:

@@ -162,8 +162,8 @@ async def _by_names(
 COUNT_BUDGET_MS = 300  # an exact count that takes longer gives way to the planner's estimate
 
 
-async def count_jobs(c: Conn, flt: JobFilter) -> tuple[int, bool]:
-    """How many jobs match: exactly (True) when counting takes under COUNT_BUDGET_MS, else the
+async def count_jobs(c: Conn, flt: JobFilter, budget_ms: int = COUNT_BUDGET_MS) -> tuple[int, bool]:
+    """How many jobs match: exactly (True) when counting takes under `budget_ms`, else the
     planner's estimate (False): an exact count(*) of millions of rows in PostgreSQL reads them all."""
     params: list[Any] = []
     where = _job_where(flt, _numbered(params))
@@ -172,7 +172,7 @@ async def count_jobs(c: Conn, flt: JobFilter) -> tuple[int, bool]:
         params, matching = [flt.tag], "FROM job_tags WHERE tag = $1"
     try:
         async with c.transaction():
-            await c.execute(f"SET LOCAL statement_timeout = {COUNT_BUDGET_MS}")
+            await c.execute(f"SET LOCAL statement_timeout = {int(budget_ms)}")
             return int(await c.fetchval(f"SELECT count(*) {matching}", *params)), True
     except asyncpg.QueryCanceledError:
         plan = await c.fetchval(f"EXPLAIN (FORMAT JSON) SELECT 1 {matching}", *params)

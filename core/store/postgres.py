@@ -370,9 +370,9 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
         """The ids of list_jobs' page (newest first), without reading the jobs."""
         return await self._read(lambda c: reads.list_job_ids(c, flt, before_id, limit))
 
-    async def count_jobs(self, flt: JobFilter) -> tuple[int, bool]:
+    async def count_jobs(self, flt: JobFilter, budget_ms: int = reads.COUNT_BUDGET_MS) -> tuple[int, bool]:
         """How many jobs match: exact if counting is quick, else the planner's estimate (False)."""
-        return await self._read(lambda c: reads.count_jobs(c, flt))
+        return await self._read(lambda c: reads.count_jobs(c, flt, budget_ms))
 
     async def list_attempts(self, job_id: int) -> list[dict[str, Any]]:
         """The attempts of a job, oldest first, with their output."""

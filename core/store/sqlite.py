@@ -626,9 +626,10 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
             return await self._read(lambda c: [r[0] for r in c.execute(sql, args)])
         return await self._read(lambda c: [r[0] for r in _list_rows(c, "SELECT id FROM jobs", flt, order, limit)])
 
-    async def count_jobs(self, flt: JobFilter) -> tuple[int, bool]:
+    async def count_jobs(self, flt: JobFilter, budget_ms: int = 0) -> tuple[int, bool]:
         """How many jobs match, exactly (True): an index range for state, queue, name and tag
-        filters (under 0.1 s at a million jobs here); a search counts by scanning."""
+        filters (under 0.1 s at a million jobs here); a search counts by scanning. (`budget_ms` is
+        PostgreSQL's: SQLite always counts.)"""
         if flt.tag is not None and flt == JobFilter(tag=flt.tag):
             sql, params = "SELECT count(*) FROM job_tags WHERE tag = ?", [flt.tag]
         else:
