@@ -327,8 +327,16 @@ class JobDeckClient:
         """action: pause, resume or run (run returns the job made)."""
         return await self._call("POST", f"/v1/schedules/{schedule_id}/{action}")  # type: ignore[no-any-return]
 
-    async def preview(self, schedule_id: int, n: int = 10) -> Json:
-        return await self._call("GET", f"/v1/schedules/{schedule_id}/preview", params={"n": n})  # type: ignore[no-any-return]
+    async def preview(self, schedule_id: int, n: int = 10, from_: str | None = None) -> Json:
+        """`n` fire times after now (or `from_`, an ISO instant), each with its marks and, past ones, its job."""
+        params: Json = {"n": n} if from_ is None else {"n": n, "from": from_}
+        return await self._call("GET", f"/v1/schedules/{schedule_id}/preview", params=params)  # type: ignore[no-any-return]
+
+    async def backfill(self, schedule_id: int, start: str, end: str, overlap: str = "buffer_all",
+                       dry_run: bool = False) -> Json:  # fmt: skip
+        """Make the runs of every past fire time in [start, end] that has none (dry_run: only count)."""
+        body = {"from": start, "to": end, "overlap": overlap, "dry_run": dry_run}
+        return await self._call("POST", f"/v1/schedules/{schedule_id}/backfill", json=body)  # type: ignore[no-any-return]
 
     async def preview_timing(self, timing: Json, n: int = 5) -> Json:
         """The next `n` fire times of a timing not yet saved (`{"cron", "timezone"}` or `{"interval"}`,

@@ -41,8 +41,10 @@ from core.obs.metrics import NodeMetrics, NoMetrics
 from core.obs.tracing import Tracing
 from core.protocol import Channel, ChannelClosed
 from core.schedule import ONCE_SLACK_SECONDS, Schedule, jitter_offset, next_fire_times, plan_fires
+from core.schedule.backfill import backfill_times
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
 from core.workflow import Deps, Workflow, parent_results_input, validate_workflow
+from core.store.schedule_runs import BackfillResult
 
 log = logging.getLogger("jobdeck.engine")
 
@@ -357,6 +359,16 @@ class Engine:
         assert fired is not None and fired.jobs
         self._after_submit(fired.jobs)
         return fired.jobs[0]
+
+    async def backfill_schedule(self, schedule_id: int, start: float, end: float, overlap: str,
+                                dry_run: bool) -> tuple[list[float], BackfillResult]:  # fmt: skip
+        """Make the runs of every fire time in [start, end] (past) that has none (see core/schedule/backfill.py)."""
+        s = await self.store.get_schedule(schedule_id)
+        now = self.clock()
+        times = backfill_times(s, start, end, now)
+        out = await self.store.backfill_schedule(s, times, self._job_maker(s, now), overlap, dry_run)
+        self._after_submit(out.made)
+        return times, out
 
     def _job_maker(self, s: Schedule, now: float) -> Callable[[float | None], Job]:
         jitter = s.policy.jitter

@@ -90,6 +90,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/schedules/{schedule_id}/resume"): Rule("schedules.write", "schedule_id"),
     ("POST", "/v1/schedules/{schedule_id}/run"): Rule("schedules.write", "schedule_id"),
     ("GET", "/v1/schedules/{schedule_id}/preview"): Rule("jobs.read", "schedule_id"),
+    ("POST", "/v1/schedules/{schedule_id}/backfill"): Rule("schedules.write", "schedule_id"),
     # the node
     ("GET", "/v1/agents"): Rule("jobs.read"),
     ("POST", "/v1/agents/{name}/drain"): Rule("agents.drain", "name"),

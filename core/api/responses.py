@@ -213,6 +213,8 @@ class ScheduleView(_Out):
     catch_up_window: float
     jitter: float
     pause_after_failures: int = Field(description="pause after this many consecutive dead runs (0: never)")
+    exclude_dates: list[str] = Field(description="local dates (YYYY-MM-DD) without runs")
+    exclude_cron: str | None = Field(description="fire times this cron expression matches do not run")
     next_fire_at: datetime | None = Field(description="null when paused, or when a one-time schedule has fired")
     last_fire_at: datetime | None
     fired: int = Field(description="jobs made (buffered runs included)")
@@ -230,11 +232,22 @@ class ScheduleList(_Out):
     schedules: list[ScheduleView]
 
 
+FireMark = Literal["excluded", "dst_gap", "dst_overlap", "no_run", "may_skip"]
+
+
 class FireTime(_Out):
-    """One fire time, in the schedule's zone and in UTC."""
+    """One fire time, in the schedule's zone and in UTC, with what a reader should know of it."""
 
     local: str
     utc: datetime
+    marks: list[FireMark] = Field(
+        description="excluded: an exclusion removes it (listed, not counted in n); dst_gap: just after "
+        "clocks sprang forward (a local time in the skipped hour runs at the first time after it); "
+        "dst_overlap: a local time that happens twice (it runs the first time); no_run: past, and no job "
+        "has this fire time (skipped, missed, or before the schedule existed); may_skip: the next fire "
+        "time, skipped if the run going now (overlap: skip) is still going then"
+    )
+    job_id: int | None = Field(None, description="the job of this fire time, if it has one (a schedule's preview)")
 
 
 class TimingPreviewResult(_Out):
@@ -250,6 +263,21 @@ class SchedulePreview(_Out):
     schedule_id: int
     timezone: str
     fire_times: list[FireTime]
+
+
+class BackfillView(_Out):
+    """What a backfill made (or, dry, would make)."""
+
+    schedule_id: int
+    dry_run: bool
+    overlap: Literal["buffer_all", "allow"]
+    fire_times: int = Field(description="fire times in the range (exclusions left out)")
+    existing: int = Field(description="of them, those that had their job already (made at most once)")
+    made: int = Field(description="jobs made (0 in a dry run)")
+    would_make: int = Field(description="fire_times - existing")
+    first_fire_time: datetime | None
+    last_fire_time: datetime | None
+    job_ids: list[int] = Field(description="the first 100 jobs made, oldest fire time first")
 
 
 class Health(_Out):

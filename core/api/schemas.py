@@ -40,6 +40,7 @@ from core.api.fields import (
     check_time_range,
     whole,
 )
+from core.errors import InvalidSchedule
 from core.flow import RATE_MAX
 from core.model import PRIORITY_MAX, PRIORITY_MIN
 from core.schedule import BUFFER_ALL_MAX, CATCH_UP_MAX, validate_cron
@@ -399,7 +400,49 @@ class ScheduleFields(_Strict):
         return v
 
 
-class SchedulePolicies(_Strict):
+def _real_date(v: str) -> str:
+    try:
+        datetime.strptime(v, "%Y-%m-%d")
+    except ValueError:
+        raise ValueError(f"{v!r} is not a date such as 2026-12-25") from None
+    return v
+
+
+LocalDate = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$"), AfterValidator(_real_date),
+                      WithJsonSchema({"type": "string", "format": "date"})]  # fmt: skip
+EXCLUDE_DATES_MAX = 1000
+ExcludeCron = Annotated[
+    str,
+    Field(max_length=200),
+    WithJsonSchema({"anyOf": [{"type": "string", "format": "cron", "maxLength": 200}, {"const": ""}]}),
+]
+
+
+class Exclusions(_Strict):
+    """Fire times that do not run (like Temporal's exclude calendars); in the schedule's zone."""
+
+    exclude_dates: list[LocalDate] | None = Field(
+        None, max_length=EXCLUDE_DATES_MAX,
+        description="local dates (YYYY-MM-DD, at most 1,000) without runs, e.g. holidays; [] removes them",
+    )  # fmt: skip
+    exclude_cron: ExcludeCron | None = Field(
+        None,
+        description="a cron expression: fire times it matches (in the schedule's zone) do not run, e.g. "
+        "'* * * * 6,0' for no weekends; '' removes it",
+    )
+
+    @field_validator("exclude_cron")
+    @classmethod
+    def _exclude_cron(cls, v: str | None) -> str | None:
+        if v:
+            try:
+                validate_cron(v)
+            except InvalidSchedule as exc:
+                raise InvalidSchedule(f"exclude_cron: {exc.message}", field="exclude_cron") from None
+        return v
+
+
+class SchedulePolicies(Exclusions):
     """What happens around a fire time (docs/schedules.md). Left out: the default on create, unchanged
     on PATCH; a change applies from the next fire time."""
 
@@ -477,12 +520,14 @@ class ScheduleUpdate(ScheduleFields, SchedulePolicies):
     paused: bool | None = None
 
 
-class TimingPreview(ScheduleFields):
-    """A timing not yet saved, to see its next `n` fire times (the as-you-type cron preview)."""
+class TimingPreview(ScheduleFields, Exclusions):
+    """A timing not yet saved, to see its next `n` fire times after `from` (default now): the as-you-type
+    preview of a form, exclusions included."""
 
-    model_config = ConfigDict(json_schema_extra=_exactly_one(*_TIMINGS))
+    model_config = ConfigDict(json_schema_extra=_exactly_one(*_TIMINGS), populate_by_name=False)
 
     n: Int = Field(5, ge=1, le=100)
+    from_: Timestamp | None = Field(None, alias="from", description="the instant to preview from (default: now)")
 
     @model_validator(mode="after")
     def _one_timing(self) -> TimingPreview:
@@ -490,6 +535,17 @@ class TimingPreview(ScheduleFields):
         if len(given) != 1:
             raise ValueError("give exactly one of 'cron', 'interval', 'at' or 'delay'")
         return self
+
+
+class Backfill(_Strict):
+    """Make the runs of every fire time of a past range that has none yet."""
+
+    from_: Timestamp = Field(alias="from", description="the first instant of the range (inclusive)")
+    to: Timestamp = Field(description="the last instant of the range (inclusive), not in the future")
+    overlap: Literal["buffer_all", "allow"] = Field(
+        "buffer_all", description="buffer_all: one run after another, oldest first; allow: side by side"
+    )
+    dry_run: bool = Field(False, description="only count the fire times and the runs it would make")
 
 
 class JobSelection(_Strict):

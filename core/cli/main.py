@@ -30,7 +30,20 @@ from core.cli.remote import (
 )
 from core.client import DEFAULT_SERVER
 from core.errors import JobDeckError
+from core.schedule.policy import CATCH_UP_POLICIES, OVERLAP_POLICIES
 from core.version import version
+
+
+def add_policy_flags(s: argparse.ArgumentParser) -> None:
+    """The flags of a schedule's policies (docs/schedules.md); left out: the default, or unchanged."""
+    s.add_argument("--overlap", choices=OVERLAP_POLICIES, help="a fire time while the previous run goes")
+    s.add_argument("--catch-up", choices=CATCH_UP_POLICIES, help="missed fire times after downtime or a pause")
+    s.add_argument("--catch-up-window", type=float, metavar="SECONDS", help="how late a catch_up 'all' run may be")
+    s.add_argument("--jitter", type=float, metavar="SECONDS", help="start each run up to this much late")
+    s.add_argument("--pause-after-failures", type=int, metavar="N", help="pause after N dead runs in a row (0: never)")
+    s.add_argument("--exclude-date", action="append", dest="exclude_dates", metavar="YYYY-MM-DD",
+                   help="a local date without runs (repeatable)")  # fmt: skip
+    s.add_argument("--exclude-cron", metavar="EXPR", help="fire times this cron expression matches do not run")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,13 +260,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--delay", type=float, help="once, after N seconds")
     s.add_argument("--tz", default="UTC", help="IANA time zone of the cron expression")
     s.add_argument("--paused", action="store_true")
+    add_policy_flags(s)
     add_job_flags(s, name_flag="--job-name")
     s.set_defaults(idempotency_key=None)
+    s = ss.add_parser("set", help="change a schedule's policies (from its next fire time)")
+    s.add_argument("id", type=int)
+    add_policy_flags(s)
     for action in ("show", "pause", "resume", "delete", "run"):
         ss.add_parser(action, help=f"{action} a schedule").add_argument("id", type=int)
-    s = ss.add_parser("preview", help="the next fire times")
+    s = ss.add_parser("preview", help="the fire times after now (or --from), marked")
     s.add_argument("id", type=int)
     s.add_argument("-n", type=int, default=10)
+    s.add_argument("--from", dest="from_", help="preview from this ISO 8601 instant (past ones show their job)")
+    s = ss.add_parser("backfill", help="make the runs of a past range's fire times (each at most once)")
+    s.add_argument("id", type=int)
+    s.add_argument("start", metavar="FROM", help="ISO 8601 instant, inclusive")
+    s.add_argument("end", metavar="TO", help="ISO 8601 instant, inclusive, not in the future")
+    s.add_argument("--dry-run", action="store_true", help="only count the fire times and the runs it would make")
+    s.add_argument("--side-by-side", action="store_true", help="overlap allow (default: one after another)")
 
     workflows.add_parser(sub)
 

@@ -123,9 +123,25 @@ def schedule_line(s: dict[str, Any]) -> str:
 
 def schedule_detail(s: dict[str, Any]) -> str:
     lines = [schedule_line(s)]
-    for k in ("last_fire_at", "fired", "created_at"):
-        value = s[k] if k == "fired" else (schedule_time(s, s[k]) if s[k] else "-")
+    if s.get("paused_reason"):
+        lines.append(f"  {'paused':<13} {s['paused_reason']}")
+    for k in ("last_fire_at", "fired", "skipped", "missed", "failures", "created_at"):
+        value = (
+            s.get(k, "-")
+            if k in ("fired", "skipped", "missed", "failures")
+            else (schedule_time(s, s[k]) if s[k] else "-")
+        )
         lines.append(f"  {k:<13} {value}")
+    if "overlap" in s:
+        policies = f"overlap {s['overlap']}, catch_up {s['catch_up']} (window {s['catch_up_window']:g} s)"
+        if s.get("jitter"):
+            policies += f", jitter {s['jitter']:g} s"
+        if s.get("pause_after_failures"):
+            policies += f", pause after {s['pause_after_failures']} failures"
+        lines.append(f"  {'policies':<13} {policies}")
+        excluded = [*s.get("exclude_dates", []), *([f"cron {s['exclude_cron']!r}"] if s.get("exclude_cron") else [])]
+        if excluded:
+            lines.append(f"  {'excluded':<13} {', '.join(excluded)}")
     lines.append(f"  {'job':<13} {orjson.dumps(s['job']).decode()}")
     return "\n".join(lines)
 

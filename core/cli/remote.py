@@ -337,6 +337,29 @@ def concurrency_line(q: dict[str, Any], args: argparse.Namespace) -> str:
     return f"queue {name}: at most {limit} of its jobs run at once ({undo})"
 
 
+_POLICY_FLAGS = ("overlap", "catch_up", "catch_up_window", "jitter", "pause_after_failures", "exclude_dates",
+                 "exclude_cron")  # fmt: skip
+
+
+def _policy_flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: getattr(args, k) for k in _POLICY_FLAGS if getattr(args, k, None) is not None}
+
+
+def _marks(t: dict[str, Any]) -> str:
+    notes = list(t.get("marks") or [])
+    if t.get("job_id"):
+        notes.insert(0, f"job {t['job_id']}")
+    return f"  [{', '.join(notes)}]" if notes else ""
+
+
+def _backfill_text(b: dict[str, Any]) -> str:
+    head = "would make" if b["dry_run"] else "made"
+    count = b["would_make"] if b["dry_run"] else b["made"]
+    span = f"{b['first_fire_time']} .. {b['last_fire_time']}" if b["fire_times"] else "no fire time in the range"
+    return (f"schedule {b['schedule_id']}: {b['fire_times']} fire times ({span}); {b['existing']} had a job "
+            f"already; {head} {count} ({'one after another' if b['overlap'] == 'buffer_all' else 'side by side'})")  # fmt: skip
+
+
 async def cmd_schedules(c: JobDeckClient, args: argparse.Namespace) -> int:
     action = getattr(args, "schedule_action", None) or "ls"
     if action == "ls":
@@ -347,18 +370,24 @@ async def cmd_schedules(c: JobDeckClient, args: argparse.Namespace) -> int:
         for k in ("cron", "interval", "at", "delay"):
             if getattr(args, k) is not None:
                 spec[k] = getattr(args, k)
-        s = await c.create_schedule(spec)
+        s = await c.create_schedule({**spec, **_policy_flags(args)})
         show(args, s, schedule_line)
+    elif action == "set":
+        show(args, await c.update_schedule(args.id, _policy_flags(args)), schedule_detail)
+    elif action == "backfill":
+        overlap = "allow" if args.side_by_side else "buffer_all"
+        out = await c.backfill(args.id, args.start, args.end, overlap=overlap, dry_run=args.dry_run)
+        show(args, out, _backfill_text)
     elif action == "show":
         show(args, await c.get_schedule(args.id), schedule_detail)
     elif action == "preview":
-        p = await c.preview(args.id, args.n)
+        p = await c.preview(args.id, args.n, from_=args.from_)
         show(
             args,
             p,
             lambda p: (
-                f"next fire times ({p['timezone']}, and {_second_zone_name(p['timezone'])}):\n"
-                + "\n".join(f"  {schedule_time(p, t['utc'])}" for t in p["fire_times"])
+                f"fire times ({p['timezone']}, and {_second_zone_name(p['timezone'])}):\n"
+                + "\n".join(f"  {schedule_time(p, t['utc'])}{_marks(t)}" for t in p["fire_times"])
             ),
         )
     elif action == "delete":

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -14,6 +15,7 @@ from core.model import iso
 from core.schedule.policy import SchedulePolicy
 
 KINDS = ("cron", "interval", "once")
+ZERO = timedelta(0)
 #: A one-time schedule still fires when its `at` is this late when saved (the API refuses later ones).
 ONCE_SLACK_SECONDS = 1.0
 
@@ -91,28 +93,25 @@ def _fixed_hour(expr: str) -> bool:
     return "*" not in expr.split()[1]
 
 
-def next_fire_times(s: Schedule, after: float, n: int) -> list[float]:
-    """The next `n` fire times strictly after `after` (Unix seconds)."""
-    if n <= 0:
-        return []
+def candidate_times(s: Schedule, after: float) -> Iterator[float]:
+    """The schedule's timing strictly after `after`, ascending, before exclusions."""
     if s.kind == "once":
-        return [s.at] if s.at is not None and s.at > after else []
+        if s.at is not None and s.at > after:
+            yield s.at
+        return
     if s.kind == "interval":
         assert s.interval and s.interval > 0
         k = max(0, int((after - s.anchor) // s.interval) + 1)
-        out: list[float] = []
-        while len(out) < n:
+        while True:
             t = s.anchor + k * s.interval
             if t > after:
-                out.append(t)
+                yield t
             k += 1
-        return out
     assert s.cron is not None
     tz = zone(s.timezone)
     it = croniter(s.cron, datetime.fromtimestamp(after, tz))
     once_in_overlap = _fixed_hour(s.cron)
-    out = []
-    while len(out) < n:
+    while True:
         try:
             t = it.get_next(datetime).timestamp()
         except CroniterBadDateError:
@@ -121,14 +120,82 @@ def next_fire_times(s: Schedule, after: float, n: int) -> list[float]:
         if once_in_overlap and datetime.fromtimestamp(t, tz).fold == 1:
             continue
         if t > after:
-            out.append(t)
+            yield t
+
+
+#: Candidates looked at in a row, all excluded, before a schedule is taken to have no more fire times.
+EXCLUDED_SCAN_MAX = 20_000
+
+
+def excluded(s: Schedule, t: float) -> bool:
+    """True if fire time `t` falls on an excluded local date or matches the exclude_cron expression."""
+    p = s.policy
+    if not p.exclude_dates and not p.exclude_cron:
+        return False
+    local = datetime.fromtimestamp(t, zone(s.timezone))
+    if p.exclude_dates and local.date().isoformat() in p.exclude_dates:
+        return True
+    return bool(p.exclude_cron) and bool(croniter.match(p.exclude_cron, local.replace(tzinfo=None)))
+
+
+def next_fire_times(s: Schedule, after: float, n: int) -> list[float]:
+    """The next `n` fire times strictly after `after` (Unix seconds), exclusions left out."""
+    out: list[float] = []
+    if n <= 0:
+        return out
+    run = 0  # excluded candidates in a row
+    for t in candidate_times(s, after):
+        if excluded(s, t):
+            run += 1
+            if run >= EXCLUDED_SCAN_MAX:
+                break
+            continue
+        run = 0
+        out.append(t)
+        if len(out) >= n:
+            break
     return out
 
 
-def preview(s: Schedule, after: float, n: int) -> list[dict[str, str | None]]:
-    """The next fire times, each in the schedule's zone and in UTC."""
+def dst_marks(s: Schedule, t: float) -> list[str]:
+    """`dst_gap` for a cron fire time just after clocks sprang forward (a local time in the skipped
+    hour runs at the first time after it), `dst_overlap` for a local time that happens twice (it runs
+    the first time)."""
+    if s.kind != "cron":
+        return []
     tz = zone(s.timezone)
-    return [{"local": datetime.fromtimestamp(t, tz).isoformat(), "utc": iso(t)} for t in next_fire_times(s, after, n)]
+    local = datetime.fromtimestamp(t, tz)
+    marks = []
+    before = datetime.fromtimestamp(t - 3600, tz)
+    if (local.utcoffset() or ZERO) > (before.utcoffset() or ZERO):
+        marks.append("dst_gap")
+    if local.replace(fold=0).utcoffset() != local.replace(fold=1).utcoffset():
+        marks.append("dst_overlap")
+    return marks
+
+
+def preview(s: Schedule, after: float, n: int) -> list[dict[str, Any]]:
+    """The next `n` fire times after `after`, each in the schedule's zone and in UTC, with the marks a
+    reader needs (`excluded` ones are listed too, and do not count towards `n`)."""
+    tz = zone(s.timezone)
+    out: list[dict[str, Any]] = []
+    found, run = 0, 0
+    for t in candidate_times(s, after):
+        marks = dst_marks(s, t)
+        if excluded(s, t):
+            run += 1
+            if run >= EXCLUDED_SCAN_MAX:
+                break
+            if run <= max(n, 31):  # a long excluded stretch is not listed whole
+                out.append({"local": datetime.fromtimestamp(t, tz).isoformat(), "utc": iso(t),
+                            "marks": ["excluded", *marks]})  # fmt: skip
+            continue
+        run = 0
+        out.append({"local": datetime.fromtimestamp(t, tz).isoformat(), "utc": iso(t), "marks": marks})
+        found += 1
+        if found >= n:
+            break
+    return out
 
 
 def schedule_to_dict(s: Schedule, now: float | None = None) -> dict[str, Any]:

@@ -38,9 +38,11 @@ class FireDecision:
     cancel: list[int] = field(default_factory=list)  # job ids to cancel (cancel_previous)
 
 
-def decide_overlap(overlap: str, fire_times: list[float], active: list[Run]) -> FireDecision:
+def decide_overlap(overlap: str, fire_times: list[float], active: list[Run],
+                   buffer_max: int = BUFFER_ALL_MAX) -> FireDecision:  # fmt: skip
     """Each of `fire_times` (oldest first) runs, waits in the buffer, or is skipped; cancel_previous
-    also names the runs to cancel. `active` are the schedule's runs that have not ended."""
+    also names the runs to cancel. `active` are the schedule's runs that have not ended;
+    `buffer_max` bounds buffer_all (a backfill buffers all of its range)."""
     out = FireDecision()
     going = [r for r in active if r.state != "blocked"]
     buffered = sum(1 for r in active if r.state == "blocked")
@@ -60,7 +62,7 @@ def decide_overlap(overlap: str, fire_times: list[float], active: list[Run]) -> 
         else:
             out.run.append(last)
         return out
-    room = {"buffer_one": 1, "buffer_all": BUFFER_ALL_MAX}.get(overlap, 0)
+    room = {"buffer_one": 1, "buffer_all": buffer_max}.get(overlap, 0)
     for t in fire_times:
         waiting = buffered + len(out.buffer)
         if overlap == "allow" or not (going or out.run or waiting):

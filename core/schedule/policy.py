@@ -32,10 +32,17 @@ class SchedulePolicy:
     catch_up_window: float = CATCH_UP_WINDOW_DEFAULT  # seconds; `all` runs missed fire times this recent
     jitter: float = 0.0  # seconds: each run starts up to this much after its fire time (the same on every node)
     pause_after_failures: int = 0  # pause the schedule after this many consecutive dead runs (0: never)
+    exclude_dates: tuple[str, ...] = ()  # local dates (YYYY-MM-DD) without runs: holidays
+    exclude_cron: str | None = None  # fire times this cron expression matches (in the schedule's zone) do not run
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "exclude_dates", tuple(self.exclude_dates))  # a list from JSON
 
     def to_dict(self) -> dict[str, Any]:
         """As stored and shown."""
-        return asdict(self)
+        data = asdict(self)
+        data["exclude_dates"] = list(self.exclude_dates)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SchedulePolicy:
@@ -47,6 +54,8 @@ class SchedulePolicy:
         """A copy with `changes` (None values are left out: a PATCH that does not name a field keeps it)."""
         data = self.to_dict()
         data.update({k: v for k, v in changes.items() if v is not None})
+        if data.get("exclude_cron") == "":
+            data["exclude_cron"] = None  # PATCH "exclude_cron": "" removes it
         return SchedulePolicy(**data)
 
 

@@ -18,7 +18,7 @@ from core.store.listing import JobOrder
 from core.workflow import Deps, Workflow
 
 if TYPE_CHECKING:
-    from core.store.schedule_runs import FireResult, MakeJob
+    from core.store.schedule_runs import BackfillResult, FireResult, MakeJob
 
 #: A decision about one job, applied inside the store's transaction (see core.model.decide_*).
 Decide = Callable[[Job], Change]
@@ -338,6 +338,10 @@ class Store(Protocol):
     async def due_schedules(self, now: float) -> list[Schedule]: ...
     async def next_schedule_at(self) -> float | None: ...
     async def fire_schedule(self, s: Schedule, plan: FirePlan | None, make_job: MakeJob) -> FireResult | None: ...
+    async def runs_at(self, schedule_id: int, fire_times: Sequence[float]) -> dict[float, tuple[int, str]]: ...
+    async def backfill_schedule(
+        self, s: Schedule, fire_times: list[float], make_job: MakeJob, overlap: str, dry_run: bool = False
+    ) -> BackfillResult: ...
 
     # events
     async def events_since(self, seq: int, limit: int, flt: EventFilter | None = None) -> list[Event]: ...

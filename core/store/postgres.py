@@ -53,9 +53,11 @@ from core.store.listing import JobOrder
 from core.store.notifications import PostgresNotifications
 from core.store.relay_cursors import PostgresRelayCursors
 from core.store.schedule_runs import (
+    BackfillResult,
     FireResult,
     MakeJob,
     after_runs_ended,
+    emit_backfill_event,
     emit_fire_events,
     ended_runs,
     jobs_to_make,
@@ -87,6 +89,13 @@ INSERT_AUDIT = (
     f"INSERT INTO audit_log ({', '.join(audit.COLUMNS)}) "
     f"VALUES ({', '.join(f'${i + 1}' for i in range(len(audit.COLUMNS)))})"
 )
+
+
+async def _runs_at(c: Any, schedule_id: int, fire_times: Sequence[float]) -> dict[float, tuple[int, str]]:
+    if not fire_times:
+        return {}
+    q = "SELECT fire_time, id, state FROM jobs WHERE schedule_id = $1 AND fire_time = ANY($2::float8[])"
+    return {float(r[0]): (int(r[1]), r[2]) for r in await c.fetch(q, schedule_id, list(fire_times))}
 
 
 class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications):
@@ -426,6 +435,33 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
     def _cancel(self, job: Job) -> Any:
         return decide_cancel(job, self.clock(), self.policy)
 
+    async def runs_at(self, schedule_id: int, fire_times: Sequence[float]) -> dict[float, tuple[int, str]]:
+        """The schedule's job (id, state) at each of these fire times that has one."""
+        return await self._read(lambda c: _runs_at(c, schedule_id, fire_times))
+
+    async def backfill_schedule(self, s: Schedule, fire_times: list[float], make_job: MakeJob, overlap: str,
+                                dry_run: bool = False) -> BackfillResult:  # fmt: skip
+        """Make the job of each of these (past) fire times that has none yet, under `overlap`
+        (buffer_all: one after another, oldest first; allow: side by side), in one transaction
+        that holds the schedule's unfinished runs and its row (as a firing does)."""
+
+        async def op(tx: PgTx) -> BackfillResult:
+            c = tx.conn
+            active = [Run(*r) for r in await c.fetch(sql.LOCK_ACTIVE_RUNS, s.id)]
+            if await c.fetchval("SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE", s.id) is None:
+                raise NotFound(f"no schedule with id {s.id}", field="id")
+            known = set(await _runs_at(c, s.id, fire_times))
+            out = BackfillResult(len(fire_times), len(known))
+            if dry_run:
+                return out
+            _, jobs = jobs_to_make(s, fire_times, active, known, make_job, overlap, len(fire_times))
+            out.made = await insert_jobs(tx, jobs, self._job_id_seq)
+            await c.execute("UPDATE schedules SET fired = fired + $1 WHERE id = $2", len(out.made), s.id)
+            emit_backfill_event(tx, s, fire_times, len(known), out.made, overlap)
+            return out
+
+        return await self._write(op)
+
     async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]:
         """Take up to `req.limit` queued jobs in claim order for one agent, leasing them.
 
@@ -696,11 +732,8 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
                 return FireResult([job])
             if row[0] != plan.expected_next or row[1]:
                 return None
-            known: set[float] = set()
-            if plan.fire_times:
-                q = "SELECT fire_time FROM jobs WHERE schedule_id = $1 AND fire_time = ANY($2::float8[])"
-                known = {float(r[0]) for r in await c.fetch(q, s.id, plan.fire_times)}
-            decision, jobs = jobs_to_make(s, plan, active, known, make_job)
+            known = set(await _runs_at(c, s.id, plan.fire_times))
+            decision, jobs = jobs_to_make(s, plan.fire_times, active, known, make_job)
             made = await insert_jobs(tx, jobs, self._job_id_seq)
             if decision.cancel:
                 locked = {j.id: j for j in sql.to_jobs(await c.fetch(sql.LOCK_JOBS, decision.cancel))}

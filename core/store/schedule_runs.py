@@ -24,7 +24,7 @@ from core.schedule import (
     pause_reason,
     schedule_to_dict,
 )
-from core.schedule.policy import LISTED_MAX
+from core.schedule.policy import BUFFER_ALL_MAX, LISTED_MAX
 from core.store.base import Outbox
 
 #: Makes the job of one fire time (None: a manual run) from the schedule's template.
@@ -42,15 +42,14 @@ class FireResult:
     plan: FirePlan | None = None
 
 
-def jobs_to_make(s: Schedule, plan: FirePlan, active: list[Run], known: set[float],
-                 make_job: MakeJob) -> tuple[FireDecision, list[Job]]:  # fmt: skip
-    """The overlap decision and the jobs it makes, oldest fire time first; a fire time that has a
-    job already (`known`: a backfill made it) is not made twice."""
-    decision = decide_overlap(s.policy.overlap, plan.fire_times, active)
+def jobs_to_make(s: Schedule, fire_times: list[float], active: list[Run], known: set[float], make_job: MakeJob,
+                 overlap: str | None = None, buffer_max: int = BUFFER_ALL_MAX) -> tuple[FireDecision, list[Job]]:  # fmt: skip
+    """The overlap decision (the schedule's, or `overlap`) and the jobs it makes, oldest fire time
+    first; a fire time that has a job already (`known`: a backfill made it) is not made twice."""
+    todo = [t for t in fire_times if t not in known]
+    decision = decide_overlap(overlap or s.policy.overlap, todo, active, buffer_max)
     jobs: list[Job] = []
     for t in sorted([*decision.run, *decision.buffer]):
-        if t in known:
-            continue
         job = make_job(t)
         job.schedule_id, job.fire_time = s.id, t
         if t in decision.buffer:
@@ -124,3 +123,21 @@ def after_runs_ended(tx: Outbox, s: Schedule, ended: list[Job], now: float) -> d
         tx.emit("schedule.paused", None, s.job.get("queue") or "default",
                 {"schedule": schedule_to_dict(s), "reason": reason, "failures": failures})  # fmt: skip
     return cols
+
+
+@dataclass(slots=True)
+class BackfillResult:
+    """What a backfill did (or, dry, would do)."""
+
+    fire_times: int  # in the range
+    existing: int  # already had their job
+    made: list[Job] = field(default_factory=list)
+
+
+def emit_backfill_event(tx: Outbox, s: Schedule, times: list[float], existing: int, made: list[Job],
+                        overlap: str) -> None:  # fmt: skip
+    """One event for a backfill (its jobs have their own job.created events)."""
+    tx.emit("schedule.backfilled", None, s.job.get("queue") or "default", {
+        "schedule_id": s.id, "from": iso(times[0]) if times else None, "to": iso(times[-1]) if times else None,
+        "fire_times": len(times), "existing": existing, "made": len(made), "overlap": overlap,
+    })  # fmt: skip

@@ -60,9 +60,11 @@ from core.store.notifications import SQLiteNotifications
 from core.store.relay_cursors import SQLiteRelayCursors
 from core.store.schedule_runs import (
     ACTIVE_SQL,
+    BackfillResult,
     FireResult,
     MakeJob,
     after_runs_ended,
+    emit_backfill_event,
     emit_fire_events,
     ended_runs,
     jobs_to_make,
@@ -262,6 +264,14 @@ def _schedule(row: Sequence[Any]) -> Schedule:
 
 def _sqlite_value(v: Any) -> Any:
     return int(v) if isinstance(v, bool) else v
+
+
+def _runs_at(c: sqlite3.Connection, schedule_id: int, fire_times: Sequence[float]) -> dict[float, tuple[int, str]]:
+    out: dict[float, tuple[int, str]] = {}
+    for chunk in _chunks(fire_times):
+        q = f"SELECT fire_time, id, state FROM jobs WHERE schedule_id = ? AND fire_time IN ({', '.join('?' * len(chunk))})"
+        out.update({r[0]: (r[1], r[2]) for r in c.execute(q, (schedule_id, *chunk))})
+    return out
 
 
 def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
@@ -956,11 +966,8 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
             if row[0] != plan.expected_next or row[1]:
                 return None
             active = [Run(*r) for r in c.execute(_ACTIVE_RUNS, (s.id,))]
-            times = [*plan.fire_times]
-            known = {r[0] for r in c.execute(
-                f"SELECT fire_time FROM jobs WHERE schedule_id = ? AND fire_time IN ({', '.join('?' * len(times))})",
-                (s.id, *times))} if times else set()  # fmt: skip
-            decision, jobs = jobs_to_make(s, plan, active, known, make_job)
+            known = set(_runs_at(c, s.id, plan.fire_times))
+            decision, jobs = jobs_to_make(s, plan.fire_times, active, known, make_job)
             _insert_jobs(tx, jobs)
             if decision.cancel:
                 applier = _Applier(tx)
@@ -978,6 +985,32 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
 
     def _cancel(self, job: Job) -> Any:
         return decide_cancel(job, self.clock(), self.policy)
+
+    async def runs_at(self, schedule_id: int, fire_times: Sequence[float]) -> dict[float, tuple[int, str]]:
+        """The schedule's job (id, state) at each of these fire times that has one."""
+        return await self._read(lambda c: _runs_at(c, schedule_id, fire_times))
+
+    async def backfill_schedule(self, s: Schedule, fire_times: list[float], make_job: MakeJob, overlap: str,
+                                dry_run: bool = False) -> BackfillResult:  # fmt: skip
+        """Make the job of each of these (past) fire times that has none yet, under `overlap`
+        (buffer_all: one after another, oldest first; allow: side by side), in one transaction."""
+
+        def op(tx: Tx) -> BackfillResult:
+            c = tx.conn
+            if c.execute("SELECT 1 FROM schedules WHERE id = ?", (s.id,)).fetchone() is None:
+                raise NotFound(f"no schedule with id {s.id}", field="id")
+            known = set(_runs_at(c, s.id, fire_times))
+            out = BackfillResult(len(fire_times), len(known))
+            if dry_run:
+                return out
+            active = [Run(*r) for r in c.execute(_ACTIVE_RUNS, (s.id,))]
+            _, out.made = jobs_to_make(s, fire_times, active, known, make_job, overlap, len(fire_times))
+            _insert_jobs(tx, out.made)
+            c.execute("UPDATE schedules SET fired = fired + ? WHERE id = ?", (len(out.made), s.id))
+            emit_backfill_event(tx, s, fire_times, len(known), out.made, overlap)
+            return out
+
+        return await self._write(op)
 
     # -- events
 

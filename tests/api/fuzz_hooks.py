@@ -12,6 +12,10 @@ id ranges, NUL, JSON depth, states) is in the schema itself.
 - `depends_on` of a job submit names jobs that exist (a made-up id is a 422): positive cases go without;
 - a workflow's refs are unique and its `depends_on` names other refs of it, with no cycle: positive
   cases get refs j0, j1, ... and each job depends on earlier ones only.
+- a schedule's `jitter` is shorter than the time between two of its fire times, and its exclusions
+  leave it some fire time: positive cases get no jitter and no exclude_cron;
+- a backfill's range is in the past, from <= to, with at most 10,000 fire times: positive cases
+  backfill one past hour.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from core.schedule import validate_cron
 
 CRONS = ("* * * * *", "0 2 * * *", "*/5 * * * *", "30 9 * * 1-5", "0 0 1 * *", "15 14 1 * * 30", "@daily",
          "@hourly", "0 3 * * 0", "5,35 * * * *")  # fmt: skip
-TIME_FIELDS = frozenset({"at", "run_at", "created_after", "created_before", "since", "until"})
+TIME_FIELDS = frozenset({"at", "run_at", "created_after", "created_before", "since", "until", "from", "to"})
+BACKFILL_RANGE = {"from": "2026-11-01T00:00:00Z", "to": "2026-11-01T01:00:00Z"}
 
 schemathesis.openapi.format("cron", st.sampled_from(CRONS))
 
@@ -48,6 +53,10 @@ def map_case(ctx: schemathesis.HookContext, case: schemathesis.Case) -> schemath
                                  for j in case.body["jobs"]]  # fmt: skip
         elif case.path == "/v1/workflows" and isinstance(case.body.get("jobs"), list):
             case.body["jobs"] = _acyclic(case.body["jobs"])
+        if schedule_write:
+            case.body = {**case.body, **{k: v for k, v in (("jitter", 0), ("exclude_cron", "")) if k in case.body}}
+        if case.path.endswith("/backfill"):
+            case.body = {**case.body, **BACKFILL_RANGE}
     if isinstance(case.query, dict):
         case.query = _mapped(case.query, future_at=False)
         if case.path == "/v1/jobs" and "cursor" in case.query:

@@ -91,6 +91,13 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
         lambda o: (f"/v1/schedules/{o['schedule']}/preview", None),
         {R, OP, A},
     ),
+    ("POST", "/v1/schedules/{schedule_id}/backfill"): (
+        lambda o: (
+            f"/v1/schedules/{o['schedule']}/backfill",
+            {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z", "dry_run": True},
+        ),
+        {OP, A},
+    ),
     ("GET", "/v1/agents"): (lambda o: ("/v1/agents", None), {R, OP, A}),
     ("POST", "/v1/agents/{name}/drain"): (lambda o: ("/v1/agents/nobody/drain", None), {A}),
     ("GET", "/v1/stats"): (lambda o: ("/v1/stats", None), {R, OP, A}),

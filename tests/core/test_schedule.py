@@ -141,8 +141,8 @@ def test_asking_for_no_fire_times_gives_none() -> None:
 def test_preview_gives_each_time_in_the_schedules_zone_and_in_utc() -> None:
     got = preview(cron("0 9 * * *", "Asia/Kolkata"), ts("2024-03-08T20:00:00+00:00"), 2)
     assert got == [
-        {"local": "2024-03-09T09:00:00+05:30", "utc": "2024-03-09T03:30:00+00:00"},
-        {"local": "2024-03-10T09:00:00+05:30", "utc": "2024-03-10T03:30:00+00:00"},
+        {"local": "2024-03-09T09:00:00+05:30", "utc": "2024-03-09T03:30:00+00:00", "marks": []},
+        {"local": "2024-03-10T09:00:00+05:30", "utc": "2024-03-10T03:30:00+00:00", "marks": []},
     ]
 
 
@@ -156,7 +156,7 @@ def test_preview_of_an_interval_schedule_is_in_its_zone() -> None:
     got = preview(
         interval(3600, anchor=ts("2024-01-15T12:00:00+00:00"), tz="Europe/Paris"), ts("2024-01-15T12:00:00+00:00"), 1
     )
-    assert got == [{"local": "2024-01-15T14:00:00+01:00", "utc": "2024-01-15T13:00:00+00:00"}]
+    assert got == [{"local": "2024-01-15T14:00:00+01:00", "utc": "2024-01-15T13:00:00+00:00", "marks": []}]
 
 
 # ---------------------------------------------------------------- validation

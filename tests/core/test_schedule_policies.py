@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
@@ -25,6 +27,7 @@ from core.schedule import (
     next_fire_times,
     pause_reason,
     plan_fires,
+    preview,
     run_to_release,
 )
 from core.schedule.policy import ON_TIME_SECONDS
@@ -248,3 +251,41 @@ def test_consecutive_failures_pause_and_a_success_or_a_cancel_do_not() -> None:
     reason = pause_reason(p, n, 41, "exit code 2")
     assert reason is not None and "3 consecutive failed runs" in reason and "job 41: exit code 2" in reason
     assert pause_reason(SchedulePolicy(), 1000, 1, None) is None, "0: never"
+
+
+# ---------------------------------------------------------------- exclusions, preview marks
+
+
+def test_excluded_dates_and_an_exclude_cron_remove_fire_times_in_the_schedules_zone() -> None:
+    # 2027-01-15 is a Friday; 09:00 in Paris is 08:00 UTC in winter
+    s = cron("0 9 * * *", T0, exclude_dates=["2027-01-18"], exclude_cron="* * * * 6,0")
+    s.timezone = "Europe/Paris"
+    got = [
+        datetime.fromtimestamp(t, ZoneInfo("Europe/Paris")).date().isoformat() for t in next_fire_times(s, T0 - 3600, 4)
+    ]
+    assert got == ["2027-01-15", "2027-01-19", "2027-01-20", "2027-01-21"], "no weekend, no Monday the 18th"
+    marks = preview(s, T0 - 3600, 2)
+    assert [(p["local"][:10], p["marks"]) for p in marks] == [
+        ("2027-01-15", []), ("2027-01-16", ["excluded"]), ("2027-01-17", ["excluded"]),
+        ("2027-01-18", ["excluded"]), ("2027-01-19", []),
+    ]  # fmt: skip
+
+
+def test_a_schedule_that_excludes_every_fire_time_has_none() -> None:
+    assert next_fire_times(every(60, T0, exclude_cron="* * * * *"), T0, 3) == []
+
+
+def test_preview_marks_dst_gaps_and_overlaps() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    spring = datetime(2027, 3, 27, 12, tzinfo=paris).timestamp()  # clocks go 02:00 -> 03:00 on the 28th
+    s = cron("30 2 * * *", spring)
+    s.timezone = "Europe/Paris"
+    [gap] = preview(s, spring, 1)
+    assert gap["marks"] == ["dst_gap"] and gap["local"] == "2027-03-28T03:00:00+02:00", gap
+    autumn = datetime(2027, 10, 30, 12, tzinfo=paris).timestamp()  # 02:00-03:00 happens twice on the 31st
+    [overlap] = preview(s, autumn, 1)
+    assert (overlap["marks"] == ["dst_overlap"] and overlap["local"] == "2027-10-31T02:30:00+01:00") or overlap[
+        "local"
+    ] == "2027-10-31T02:30:00+02:00", overlap
+    plain = preview(s, T0, 1)
+    assert plain[0]["marks"] == []

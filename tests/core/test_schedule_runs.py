@@ -4,7 +4,7 @@ bad policy values refused with the field named."""
 from __future__ import annotations
 
 import itertools
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -208,3 +208,65 @@ async def test_pause_after_failures_pauses_with_the_reason_and_resume_clears_it(
 async def _at_least(c: Any, sid: int, n: int) -> list[dict[str, Any]] | None:
     jobs = [j for j in await runs(c, sid) if j["state"] == "succeeded"]
     return jobs if len(jobs) >= n else None
+
+
+def at(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat()
+
+
+async def test_backfill_through_the_api_bounded_dry_run_and_once(running: RunningNode) -> None:
+    c = running.client
+    s = await c.create_schedule({"name": "hourly", "cron": "0 * * * *", "job": {"task": NOOP, "queue": "bf"}})
+    now = running.engine.clock()
+    start, end = at(now - 10 * 3600), at(now - 1)
+    dry = await c.backfill(s["id"], start, end, dry_run=True)
+    assert dry["fire_times"] == 10 and dry["made"] == 0 and dry["would_make"] == 10, dry
+    made = await c.backfill(s["id"], start, end, overlap="allow")
+    assert made["made"] == 10 and len(made["job_ids"]) == 10
+    again = await c.backfill(s["id"], at(now - 12 * 3600), end, overlap="allow")
+    assert (again["fire_times"], again["existing"], again["made"]) == (12, 10, 2), "each fire time once"
+    for body, field, says in (
+        ({"from": end, "to": start}, "from", "after to"),
+        ({"from": start, "to": at(now + 3600)}, "to", "in the future"),
+        ({"from": at(now - 2 * 366 * 86400), "to": end}, "to", "more than 10,000"),
+    ):
+        with pytest.raises(InvalidInput) as err:
+            await c.backfill(s["id"], body["from"], body["to"])
+        assert err.value.field == field and says in err.value.message, err.value.message
+    with pytest.raises(InvalidInput) as err:
+        await c.backfill(s["id"], start, end, overlap="skip")
+    assert "overlap" in str(err.value)
+    assert len(await runs(c, s["id"])) == 12, "nothing half-written"
+
+
+async def test_preview_from_a_past_instant_names_the_jobs_and_the_fire_times_without_one(running: RunningNode) -> None:
+    c = running.client
+    s = await c.create_schedule({"name": "hourly", "cron": "0 * * * *", "job": {"task": NOOP, "queue": "pv"}})
+    now = running.engine.clock()
+    hour = now - now % 3600
+    await c.backfill(s["id"], at(hour - 2 * 3600), at(hour - 2 * 3600), overlap="allow")
+    got = (await c.preview(s["id"], 5, from_=at(hour - 3 * 3600 - 1)))["fire_times"]
+    assert [ts(f["utc"]) for f in got] == [hour - 3 * 3600 + 3600 * i for i in range(5)]
+    assert [("no_run" in f["marks"], f["job_id"] is not None) for f in got[:3]] == [
+        (True, False), (False, True), (True, False)
+    ]  # fmt: skip
+    assert got[4]["marks"] == [] and got[4]["job_id"] is None, "the future has no marks here"
+
+
+async def test_exclusions_in_the_api_and_in_the_as_you_type_preview(running: RunningNode) -> None:
+    c = running.client
+    body = {"cron": "0 9 * * *", "timezone": "Europe/Paris", "exclude_cron": "* * * * 6,0",
+            "exclude_dates": ["2027-01-18"], "from": "2027-01-15T00:00:00Z"}  # fmt: skip
+    got = await c._call("POST", "/v1/schedules/preview", json={**body, "n": 3})
+    days = [(f["local"][:10], f["marks"]) for f in got["fire_times"]]
+    assert days == [("2027-01-15", []), ("2027-01-16", ["excluded"]), ("2027-01-17", ["excluded"]),
+                    ("2027-01-18", ["excluded"]), ("2027-01-19", []), ("2027-01-20", [])], days  # fmt: skip
+    s = await c.create_schedule({"name": "weekdays", "cron": "0 9 * * *", "exclude_cron": "* * * * 6,0",
+                                 "job": {"task": NOOP}})  # fmt: skip
+    assert s["exclude_cron"] == "* * * * 6,0" and s["exclude_dates"] == []
+    assert (await c.update_schedule(s["id"], {"exclude_cron": ""}))["exclude_cron"] is None
+    for bad, field in (({"exclude_cron": "* * * * *"}, "exclude_cron"), ({"exclude_cron": "61 * * * *"}, "exclude_cron"),
+                       ({"exclude_dates": ["2027-02-30"]}, "exclude_dates")):  # fmt: skip
+        with pytest.raises(InvalidInput) as err:
+            await c.update_schedule(s["id"], bad)
+        assert field in str(err.value), str(err.value)

@@ -222,3 +222,36 @@ async def test_consecutive_dead_runs_pause_the_schedule_with_its_reason_in_the_s
     [paused] = events(kit, "schedule.paused")
     assert paused["reason"] == stored.paused_reason and paused["schedule"]["paused"] is True
     assert await kit.store.due_schedules(utcnow() + 3600) == [], "a paused schedule is not due"
+
+
+async def test_backfill_makes_each_fire_time_once_however_often_its_range_is_backfilled(kit: StoreKit) -> None:
+    t = utcnow() - 7200
+    s = await schedule(kit, "skip", t)
+    await fire(kit, s, t)  # a run that happened (still queued)
+    times = [t + 60 * i for i in range(10)]
+    dry = await kit.store.backfill_schedule(s, times, make_job, "buffer_all", dry_run=True)
+    assert (dry.fire_times, dry.existing, dry.made) == (10, 1, [])
+    assert len(await states(kit, s)) == 1, "a dry run writes nothing"
+    kit.committed.clear()
+    first = await kit.store.backfill_schedule(s, times, make_job, "buffer_all")
+    assert [j.fire_time for j in first.made] == times[1:]
+    assert all(j.state == "blocked" for j in first.made), "one after another: the first run still goes"
+    [event] = events(kit, "schedule.backfilled")
+    assert (event["fire_times"], event["existing"], event["made"]) == (10, 1, 9), event
+    again = await kit.store.backfill_schedule(s, [t - 60, *times, t + 600], make_job, "buffer_all")
+    assert [j.fire_time for j in again.made] == [t - 60, t + 600] and again.existing == 10
+    got = await states(kit, s)
+    assert [ft for ft, _ in got] == sorted({t - 60, *times, t + 600}), "every fire time exactly once"
+    for expected in [t, t - 60, *times[1:4]]:  # oldest buffered first, once the run before ends
+        [job_id] = await run_and_finish(kit)
+        assert (await kit.store.get_job(job_id)).fire_time == expected
+
+
+async def test_backfill_side_by_side_queues_every_run(kit: StoreKit) -> None:
+    t = utcnow() - 7200
+    s = await schedule(kit, "skip", t)
+    out = await kit.store.backfill_schedule(s, [t, t + 60, t + 120], make_job, "allow")
+    assert [j.state for j in out.made] == ["queued"] * 3
+    assert (await kit.store.get_schedule(s.id)).fired == 3
+    assert await kit.store.runs_at(s.id, [t, t + 60, t + 1]) == {t: (out.made[0].id, "queued"),
+                                                                 t + 60: (out.made[1].id, "queued")}  # fmt: skip
