@@ -43,8 +43,8 @@ from core.protocol import Channel, ChannelClosed
 from core.schedule import ONCE_SLACK_SECONDS, Schedule, jitter_offset, next_fire_times, plan_fires
 from core.schedule.backfill import backfill_times
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
-from core.workflow import Deps, Workflow, parent_results_input, validate_workflow
 from core.store.schedule_runs import BackfillResult
+from core.workflow import Deps, Workflow, parent_results_input, validate_workflow
 
 log = logging.getLogger("jobdeck.engine")
 

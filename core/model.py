@@ -339,7 +339,7 @@ def decide_run_now(job: Job, now: float, policy: Policy) -> Change:
     return _move(job, S.QUEUED, "run now", now, run_at=now, **_enqueue_fields(job, now, policy))
 
 
-def decide_release(job: Job, now: float, policy: Policy) -> Change:
+def decide_start_buffered(job: Job, now: float, policy: Policy) -> Change:
     """A run its schedule buffered (blocked until the runs before it ended) may start now."""
     if job.state != S.BLOCKED:
         raise Conflict(f"job {job.id} is not waiting for an earlier run", state=job.state, job_id=job.id)

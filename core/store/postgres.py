@@ -22,7 +22,7 @@ import asyncpg
 from core.config import masked_url
 from core.errors import JobDeckError, NotFound, Unavailable
 from core.flow import UNLIMITED, Bucket, KeyedClaim, QueueLimits, claim_room, merge_keys
-from core.model import Job, Policy, decide_cancel, decide_claim, decide_promote, decide_release, utcnow
+from core.model import Job, Policy, decide_cancel, decide_claim, decide_promote, decide_start_buffered, utcnow
 from core.schedule import FirePlan, Run, Schedule, run_to_release, schedule_to_dict
 from core.store import _pg_deps as deps_sql
 from core.store import _pg_flow as flow_sql
@@ -430,7 +430,7 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
             await applier.flush()
 
     def _release(self, job: Job) -> Any:
-        return decide_release(job, self.clock(), self.policy)
+        return decide_start_buffered(job, self.clock(), self.policy)
 
     def _cancel(self, job: Job) -> Any:
         return decide_cancel(job, self.clock(), self.policy)

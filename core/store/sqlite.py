@@ -24,7 +24,7 @@ from core.model import (
     decide_cancel,
     decide_claim,
     decide_promote,
-    decide_release,
+    decide_start_buffered,
     job_summary,
     labels_from_text,
     labels_text,
@@ -699,7 +699,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
                 applier.flush()
 
     def _release(self, job: Job) -> Any:
-        return decide_release(job, self.clock(), self.policy)
+        return decide_start_buffered(job, self.clock(), self.policy)
 
     async def claim_jobs(self, req: ClaimRequest, now: float) -> list[Job]:
         """Take up to `req.limit` queued jobs in claim order for one agent, leasing them.
