@@ -14,32 +14,19 @@ from typing import Any
 
 import orjson
 
+from core.model import Policy, build_job
 from core.store.sqlite import JOB_COLUMNS
+from core.store.sqlite import _job_row as sqlite_job_row
+
+NOOP_TASK = {"kind": "python", "function": "agents.builtin:noop", "args": [], "kwargs": {}}
 
 
 def _job_row(job_id: int, now: float) -> tuple[Any, ...]:
-    """A row as wide as the one the server stores for a no-op job (None for columns it leaves empty)."""
-    values: dict[str, Any] = {
-        "id": job_id,
-        "name": "agents.builtin:noop",
-        "queue": "bench",
-        "state": "queued",
-        "priority": 0,
-        "sort_key": now,
-        "run_at": now,
-        "created_at": now,
-        "updated_at": now,
-        "attempt": 0,
-        "max_attempts": 3,
-        "backoff_base": 1.0,
-        "backoff_cap": 3600.0,
-        "task": '{"kind":"python","function":"agents.builtin:noop","args":[],"kwargs":{}}',
-        "tags": "[]",
-        "cancel_requested": 0,
-        "spec_max_attempts": 3,
-        "labels": "",  # no labels required (NOT NULL since migration 0002)
-    }
-    return tuple(values.get(c) for c in JOB_COLUMNS)
+    """The row the server stores for a no-op job, built by the server's own code (so it stays as
+    wide as the jobs table, and fills each column a migration adds)."""
+    job = build_job({"task": NOOP_TASK, "queue": "bench"}, now, Policy())
+    job.id = job_id
+    return sqlite_job_row(job)
 
 
 def _event_row(seq: int, job_id: int, now: float) -> tuple[Any, ...]:
