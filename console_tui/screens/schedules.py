@@ -22,6 +22,21 @@ def timing(s: Json) -> str:
     return "once"
 
 
+def policy_note(s: Json) -> str:
+    """What the schedule's policies did, for the bar: why it paused itself, skipped and missed fire
+    times, and its policies when they are not the defaults (nothing for a plain schedule)."""
+    parts = []
+    if s.get("paused_reason"):
+        parts.append(str(s["paused_reason"]))
+    if s.get("skipped"):
+        parts.append(f"{s['skipped']} skipped (overlap {s.get('overlap')})")
+    if s.get("missed"):
+        parts.append(f"{s['missed']} missed (catch-up {s.get('catch_up')})")
+    if not parts and (s.get("overlap", "skip"), s.get("catch_up", "latest")) != ("skip", "latest"):
+        parts.append(f"overlap {s.get('overlap')}, catch-up {s.get('catch_up')}")
+    return "".join(f" · {p}" for p in parts)
+
+
 class SchedulesView(TableView):
     view_name: ClassVar[str] = "schedules"
     title: ClassVar[str] = "Schedules"
@@ -45,6 +60,8 @@ class SchedulesView(TableView):
             zone = s.get("timezone") or "UTC"
             d = self.console.fmt
             text += f" · #{s['id']} {s['name']} next fires {d.date_time(nxt, zone)} = {d.other_zone(nxt, zone)}"
+        if s:
+            text += policy_note(s)
         return text
 
     async def fetch(self) -> list[Json]:
@@ -74,7 +91,9 @@ class SchedulesView(TableView):
             Text(str(s["id"]), justify="right"),
             s["name"],
             timing(s),
-            Text("paused", style="bold magenta") if s.get("paused") else Text("active", style="green"),
+            Text("paused", style="bold red" if s.get("paused_reason") else "bold magenta")
+            if s.get("paused")
+            else Text("active", style="green"),
             d.date_time(nxt, s.get("timezone") or "UTC"),
             d.until(nxt) if not s.get("paused") else "-",
             last,
