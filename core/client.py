@@ -355,6 +355,10 @@ class JobDeckClient:
     async def stats(self) -> Json:
         return await self._call("GET", "/v1/stats")  # type: ignore[no-any-return]
 
+    async def slo(self) -> Json:
+        """Pick-up SLA and success over the last hour and day: `{"success_target", "windows": [...]}`."""
+        return await self._call("GET", "/v1/stats/slo")  # type: ignore[no-any-return]
+
     async def archive_files(self) -> Json:
         """The archive's files of finished jobs: `{"folder", "files": [{"file", "day", "bytes"}]}` (admins)."""
         return await self._call("GET", "/v1/archive")  # type: ignore[no-any-return]

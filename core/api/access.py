@@ -101,6 +101,7 @@ RULES: dict[tuple[str, str], Rule] = {
     # Prometheus (core/api/observe.py): a team's viewer gets the series of its queues only
     ("GET", "/metrics"): Rule("jobs.read"),
     ("GET", "/metrics/cluster"): Rule("jobs.read"),
+    ("GET", "/v1/stats/slo"): Rule("jobs.read"),
     # the archive of finished jobs (core/api/archive.py): every queue's jobs, so admins only
     ("GET", "/v1/archive"): Rule("archive.read"),
     ("GET", "/v1/archive/jobs/{job_id}"): Rule("archive.read"),

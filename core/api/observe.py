@@ -15,11 +15,14 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.access import principal_of
+from core.api.app import JSON
 from core.api.deps import Route, get_engine
+from core.api.responses import Slo
 from core.engine import Engine
 from core.errors import NotFound
 from core.obs import logs
 from core.obs.metrics import CONTENT_TYPE, NodeMetrics, cluster_text
+from core.obs.slo import SUCCESS_TARGET, WINDOWS, slo_view
 from core.relay import relay_lag
 
 log = logging.getLogger("jobdeck.http")
@@ -123,3 +126,12 @@ async def cluster_metrics(request: Request, engine: EngineDep) -> Response:
     relays = await relay_lag(engine.store, now)
     schedules = len(await engine.store.list_schedules())
     return PrometheusText(cluster_text(stats, relays, schedules, _visible(request)))
+
+
+@router.get("/v1/stats/slo", summary="Pick-up SLA (p50 100 ms, p95 500 ms, p99 2 s) and success ratio, last hour and day",
+            response_model=Slo)  # fmt: skip
+async def slo(engine: EngineDep) -> JSON:
+    """From the jobs that finished in each window (every queue: figures, no queue names)."""
+    now = engine.clock()
+    windows = [slo_view(name, await engine.store.slo_counts(now - span)) for name, span in WINDOWS.items()]  # type: ignore[attr-defined]
+    return JSON({"success_target": SUCCESS_TARGET, "windows": windows})

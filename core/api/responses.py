@@ -527,3 +527,32 @@ class WorkflowPage(_Out):
 
     workflows: list[WorkflowView]
     next_cursor: int | None = Field(description="pass as `cursor` for the next page; null on the last page")
+
+
+class PickupObjective(_Out):
+    """One pick-up objective: at least `percentile` % of the jobs start within `within_ms`."""
+
+    percentile: int
+    within_ms: int
+    jobs_within: int
+    share: float | None = Field(description="the share of the window's jobs that started within it (null: no jobs)")
+    met: bool | None
+
+
+class SloWindow(_Out):
+    """The objectives over one window, from the jobs that finished in it."""
+
+    window: Literal["1h", "24h"]
+    jobs: int
+    pickup: list[PickupObjective]
+    succeeded: int
+    dead: int
+    success_ratio: float | None
+    error_budget_left: float | None = Field(description="1: untouched, 0: spent, below 0: overspent (null: no jobs)")
+
+
+class Slo(_Out):
+    """Pick-up p50 / p95 / p99 within 100 ms / 500 ms / 2 s, and 99 % success, over the last hour and day."""
+
+    success_target: float
+    windows: list[SloWindow]

@@ -2,8 +2,8 @@
 
 The submit request's span (a child of the caller's W3C `traceparent`, if it sent one) is the job's
 parent: its context is stored on the job (`jobs.traceparent`) and every later step hangs under it,
-whichever node or agent does it: `jobdeck.wait` (due -> claimed) and `jobdeck.claim` on the node
-that claimed it, `jobdeck.run` on the agent (its context reaches the task: TRACEPARENT in a shell
+whichever node or agent does it: `jobdeck.wait` (due -> claimed, with the claim as its event) on the
+node that claimed it, `jobdeck.run` on the agent (its context reaches the task: TRACEPARENT in a shell
 task's environment, the current span in an async Python task), `jobdeck.result` on the node that
 recorded it. Steps whose times are known afterwards (the wait) are recorded with those times.
 
@@ -51,9 +51,17 @@ class Tracing:
         return self.tracer is not None
 
     def _parent(self, traceparent: str | None) -> Any:
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        """The context of a stored (valid) traceparent; an empty one without. Built directly: the
+        propagator's parse cost more than the span it parents."""
+        from opentelemetry import trace
+        from opentelemetry.context import Context
 
-        return TraceContextTextMapPropagator().extract({"traceparent": traceparent} if traceparent else {})
+        if not traceparent or logs.trace_id_of(traceparent) is None:
+            return Context()
+        _, tid, sid, flags = traceparent.strip().split("-", 3)
+        span = trace.NonRecordingSpan(trace.SpanContext(int(tid, 16), int(sid, 16), is_remote=True,
+                                                        trace_flags=trace.TraceFlags(int(flags[:2], 16))))  # fmt: skip
+        return trace.set_span_in_context(span)
 
     @contextlib.contextmanager
     def submit(self, jobs: int) -> Iterator[str | None]:
@@ -67,21 +75,22 @@ class Tracing:
             yield traceparent_of(span)
 
     def claimed(self, jobs: Iterable[Job], began: float, agent: str) -> None:
-        """The wait (due -> the claim began) and the claim (its transaction) of each traced job."""
+        """Each traced job's wait, from when it was due to its claim, with the claim in it: one
+        transaction claims a batch of jobs, so it is an event (claim began, committed) of each
+        job's wait span, with the agent, rather than a span repeated for every job of the batch."""
         if self.tracer is None:
             return
         ended = time.time()
         for j in jobs:
             if not j.traceparent:
                 continue
-            parent = self._parent(j.traceparent)
-            attrs = {"jobdeck.job_id": j.id, "jobdeck.attempt": j.attempt, "jobdeck.queue": j.queue}
             due = max(j.run_at, j.created_at)
-            wait = self.tracer.start_span("jobdeck.wait", context=parent, start_time=_ns(due), attributes=attrs)
-            wait.end(end_time=_ns(max(due, began)))
-            claim = self.tracer.start_span("jobdeck.claim", context=parent, start_time=_ns(began),
-                                           attributes={**attrs, "jobdeck.agent": agent})  # fmt: skip
-            claim.end(end_time=_ns(ended))
+            attrs = {"jobdeck.job_id": j.id, "jobdeck.attempt": j.attempt, "jobdeck.queue": j.queue,
+                     "jobdeck.agent": agent, "jobdeck.claim_ms": round((ended - began) * 1000, 3)}  # fmt: skip
+            wait = self.tracer.start_span("jobdeck.wait", context=self._parent(j.traceparent), start_time=_ns(due),
+                                          attributes=attrs)  # fmt: skip
+            wait.add_event("jobdeck.claim", timestamp=_ns(max(due, began)))
+            wait.end(end_time=_ns(max(due, ended)))
 
     def result(self, job: Job, outcome: str, attempt: int, began: float) -> None:
         """The recording of an attempt's result."""

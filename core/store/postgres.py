@@ -63,6 +63,7 @@ from core.store.schedule_runs import (
     jobs_to_make,
     schedule_updates,
 )
+from core.store.slo import PostgresSLO
 from core.workflow import (
     WORKFLOW_ACTIONS,
     Deps,
@@ -98,7 +99,7 @@ async def _runs_at(c: Any, schedule_id: int, fire_times: Sequence[float]) -> dic
     return {float(r[0]): (int(r[1]), r[2]) for r in await c.fetch(q, schedule_id, list(fire_times))}
 
 
-class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications):
+class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications, PostgresSLO):
     """The Store protocol on PostgreSQL (see core/store/base.py and core/store/sqlite.py)."""
 
     single_node = False  # other nodes may share the database and hold leases of their own

@@ -70,6 +70,7 @@ from core.store.schedule_runs import (
     jobs_to_make,
     schedule_updates,
 )
+from core.store.slo import SQLiteSLO
 from core.workflow import (
     WORKFLOW_ACTIONS,
     Deps,
@@ -392,7 +393,7 @@ def _list_rows(c: sqlite3.Connection, select: str, flt: JobFilter, order: JobOrd
     return c.execute(sql, [*params, limit]).fetchall()
 
 
-class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications):
+class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLiteSLO):
     """The Store protocol on one SQLite file (see core/store/base.py)."""
 
     single_node = True  # the file is locked by one node: no other node can hold its leases

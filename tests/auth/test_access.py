@@ -104,6 +104,7 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
     ("GET", "/v1/stats/history"): (lambda o: ("/v1/stats/history", None), {R, OP, A}),
     ("GET", "/metrics"): (lambda o: ("/metrics", None), {R, OP, A}),
     ("GET", "/metrics/cluster"): (lambda o: ("/metrics/cluster", None), {R, OP, A}),
+    ("GET", "/v1/stats/slo"): (lambda o: ("/v1/stats/slo", None), {R, OP, A}),
     ("GET", "/v1/archive"): (lambda o: ("/v1/archive", None), {A}),
     ("GET", "/v1/archive/jobs/{job_id}"): (lambda o: ("/v1/archive/jobs/1", None), {A}),
     ("POST", "/v1/archive/restore"): (lambda o: ("/v1/archive/restore", {"file": "jobs-2026-01-01.jsonl.gz"}), {A}),

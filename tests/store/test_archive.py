@@ -100,3 +100,13 @@ async def test_the_retention_loop_archives_by_day_and_purges(kit: StoreKit, tmp_
     assert archive.find(day_b[2]) == ("jobs-2026-08-13.jsonl.gz", next(
         r for r in archive.records("jobs-2026-08-13.jsonl.gz") if r["job"]["id"] == day_b[2]))  # fmt: skip
     assert await retention.run_once() == (0, 0), "nothing left to do"
+
+
+async def test_slo_counts_of_the_jobs_finished_in_a_window(kit: StoreKit) -> None:
+    store = kit.store
+    await finished_jobs(store, 4, "q", NOW - 100)  # each started 6 s after it was due
+    await finished_jobs(store, 2, "q", NOW - 90, outcome="failed")
+    await finished_jobs(store, 3, "q", NOW - 2 * DAY)
+    counts = await store.slo_counts(NOW - 3600)
+    assert counts == {"started": 6, "under_100": 0, "under_500": 0, "under_2000": 0, "succeeded": 4, "dead": 2}
+    assert (await store.slo_counts(NOW - 3 * DAY))["started"] == 9

@@ -105,6 +105,7 @@ class OverviewState(AppState):
     range_: str = "1h"  # of the outcome and success charts: 15m, 1h or 24h, read from the store
     history: dict[str, Any] = {}
     history_at: float = 0.0
+    slo: list[dict[str, str]] = []  # one row per window (last hour, last day): the SLO panel
 
     def _counters(self) -> None:
         by_state: dict[str, Any] = (HUB.stats or {}).get("by_state", {})
@@ -119,6 +120,7 @@ class OverviewState(AppState):
         if not self.history or time.monotonic() - self.history_at >= HISTORY_EVERY:
             try:
                 self.history = await self.client().stats_history(self.range_)
+                self.slo = slo_rows(await self.client().slo())
                 self.history_at = time.monotonic()
             except JobDeckError:
                 pass  # the header says the core is away; the charts keep what they had
@@ -142,6 +144,65 @@ class OverviewState(AppState):
         self.range_ = chosen if isinstance(chosen, str) and chosen in ("15m", "1h", "24h") else "1h"
         self.history = {}
         await self._charts()
+
+
+def slo_rows(slo: dict[str, Any]) -> list[dict[str, str]]:
+    """The SLO panel's rows: per window, each pick-up objective's share against its target, success, budget."""
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f} %"
+
+    rows = []
+    for w in slo.get("windows", []):
+        row = {"window": {"1h": "last hour", "24h": "last day"}.get(w["window"], w["window"]), "jobs": f"{w['jobs']:,}"}
+        for p in w["pickup"]:
+            mark = "" if p["met"] is None else (" ✓" if p["met"] else " ✗")
+            row[f"p{p['percentile']}"] = f"{pct(p['share'])}{mark}"
+            row[f"p{p['percentile']}_color"] = {True: "green", False: "red"}.get(p["met"], "gray")
+        row["success"] = pct(w["success_ratio"])
+        budget = w["error_budget_left"]
+        row["budget"] = "-" if budget is None else f"{100 * budget:.0f} % left"
+        row["budget_color"] = (
+            "gray" if budget is None else ("green" if budget > 0.25 else "orange" if budget > 0 else "red")
+        )
+        rows.append(row)
+    return rows
+
+
+def _slo_row(r: Any) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(r["window"]),
+        rx.table.cell(r["jobs"]),
+        rx.table.cell(rx.text(r["p50"], color_scheme=r["p50_color"])),
+        rx.table.cell(rx.text(r["p95"], color_scheme=r["p95_color"])),
+        rx.table.cell(rx.text(r["p99"], color_scheme=r["p99_color"])),
+        rx.table.cell(r["success"]),
+        rx.table.cell(rx.text(r["budget"], color_scheme=r["budget_color"])),
+    )
+
+
+def _slo_panel() -> rx.Component:
+    head = ("window", "jobs", "≤ 100 ms (p50: 50 %)", "≤ 500 ms (p95: 95 %)", "≤ 2 s (p99: 99 %)", "success (99 %)",
+            "error budget")  # fmt: skip
+    return rx.card(
+        rx.vstack(
+            rx.heading("SLO: pick-up (due → started) and success", size="3", as_="h2"),
+            rx.table.root(
+                rx.table.header(rx.table.row(*(rx.table.column_header_cell(h) for h in head))),
+                rx.table.body(rx.foreach(OverviewState.slo, _slo_row)),
+                width="100%",
+                id="slo-table",
+            ),
+            rx.text(
+                "Share of the jobs that finished in the window which started within each limit; an objective "
+                "is met when the share reaches its percentile.",
+                size="1",
+                color_scheme="gray",
+            ),
+            width="100%",
+        ),
+        width="100%",
+    )
 
 
 def _counter(item: Any) -> rx.Component:
@@ -199,6 +260,7 @@ def overview_page() -> rx.Component:
             wrap="wrap",
             spacing="3",
         ),
+        _slo_panel(),
         rx.hstack(
             rx.text("Finished jobs over", size="2", color_scheme="gray"),
             rx.segmented_control.root(

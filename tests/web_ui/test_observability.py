@@ -1,0 +1,41 @@
+"""The web dashboard's observability: the job detail shows the trace id (from its submit's W3C
+traceparent), and the Overview's SLO panel the pick-up objectives and success over the last hour and day."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import expect
+
+from tests.web_ui.conftest import Dashboard
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_the_job_detail_shows_the_trace_id(open_page, web: Dashboard) -> None:  # type: ignore[no-untyped-def]
+    made = httpx.post(web.core.url + "/v1/jobs", json={"task": {"kind": "shell", "command": "true"}},
+                      headers={"traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"})  # fmt: skip
+    assert made.status_code == 201, made.text
+    page = open_page(f"/jobs/{made.json()['id']}")
+    expect(page.locator("#job-trace")).to_have_text(TRACE)
+    plain = httpx.post(web.core.url + "/v1/jobs", json={"task": {"kind": "shell", "command": "true"}}).json()
+    page.goto(web.url + f"/jobs/{plain['id']}")
+    expect(page.locator("#job-trace")).to_have_text("-")
+
+
+def test_the_overview_has_an_slo_panel(open_page, web: Dashboard, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ids = [httpx.post(web.core.url + "/v1/jobs", json={"task": {"kind": "shell", "command": "true"}, "queue": "slo-web"})
+           .json()["id"] for _ in range(5)]  # fmt: skip
+    deadline = time.monotonic() + 60
+    while any(httpx.get(f"{web.core.url}/v1/jobs/{i}").json()["state"] != "succeeded" for i in ids):
+        assert time.monotonic() < deadline, "the jobs did not finish"
+        time.sleep(0.2)
+    page = open_page("/")
+    table = page.locator("#slo-table")
+    expect(table).to_contain_text("last hour")
+    expect(table).to_contain_text("last day")
+    expect(table).to_contain_text("≤ 2 s (p99: 99 %)")
+    expect(table.locator("tbody tr").first).to_contain_text("%")  # a share, not "-": jobs finished in the hour
+    page.screenshot(path=str(tmp_path / "overview-slo.png"), full_page=True)
