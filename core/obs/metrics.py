@@ -71,6 +71,7 @@ class NodeMetrics:
         self.archived = Counter("jobdeck_retention_archived", "Finished jobs written to the archive", registry=r)
         self.purged = Counter("jobdeck_retention_purged", "Archived jobs deleted from the store", registry=r)
         self._agents: AgentsView | None = None
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r.register(_AgentCollector(self))
 
     def watch_agents(self, hub: AgentsView) -> None:
@@ -79,29 +80,40 @@ class NodeMetrics:
 
     # -- hooks on the hot path (each a few dict look-ups and a lock)
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        # labels() validates and locks on every call; the hot path keeps each child it made
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def committed(self, events: Sequence[Event]) -> None:
         """Count submissions and outcomes in a batch of events this node committed."""
+        counts: dict[tuple[str, str], int] = {}
         for e in events:
             t = e.type
+            if t == "job.created" or t in OUTCOMES:
+                key = (e.queue or "", t)
+                counts[key] = counts.get(key, 0) + 1
+        for (queue, t), n in counts.items():
             if t == "job.created":
-                self.submitted.labels(e.queue or "").inc()
+                self._child(self.submitted, queue).inc(n)
             else:
-                outcome = OUTCOMES.get(t)
-                if outcome is not None:
-                    self.finished.labels(e.queue or "", outcome).inc()
+                self._child(self.finished, queue, OUTCOMES[t]).inc(n)
 
     def claimed(self, jobs: Iterable[Job], now: float) -> None:
         """Pick-up latency of jobs just claimed: from when each was due to now."""
         for j in jobs:
-            self.pickup.labels(j.queue).observe(max(0.0, now - j.run_at))
+            self._child(self.pickup, j.queue).observe(max(0.0, now - j.run_at))
 
     def ran(self, queue: str, outcome: str, started_at: float | None, finished_at: float | None) -> None:
         """One attempt's run time as its agent reported it."""
         if started_at is not None and finished_at is not None:
-            self.run.labels(queue, outcome).observe(max(0.0, finished_at - started_at))
+            self._child(self.run, queue, outcome).observe(max(0.0, finished_at - started_at))
 
     def lease_expired(self, queue: str) -> None:
-        self.lease_expiries.labels(queue).inc()
+        self._child(self.lease_expiries, queue).inc()
 
     def schedule_fired(self, made: int, lateness: Iterable[float], missed: int) -> None:
         """A due schedule's pass: jobs made, how late each fire time ran, fire times missed."""
@@ -116,7 +128,7 @@ class NodeMetrics:
         self.purged.inc(purged)
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.http.labels(method, route, str(status)).observe(seconds)
+        self._child(self.http, method, route, str(status)).observe(seconds)
 
     def store_commit(self, seconds: float) -> None:
         """Called from the store's writer (a thread for SQLite): prometheus_client is thread-safe."""
