@@ -73,6 +73,8 @@ ACTIONS: tuple[ActionSpec, ...] = (
         help="act on every job matching the filter",
     ),
     ActionSpec("concurrency", "C", "Concurrency", ("queues",), "queues.configure", help="limit running jobs"),
+    ActionSpec("rate_limit", "L", "Rate limit", ("queues",), "queues.configure", help="jobs started per second"),
+    ActionSpec("key_limit", "K", "Key limit", ("queues",), "queues.configure", help="jobs of one concurrency key"),
     ActionSpec(
         "drain",
         "d",

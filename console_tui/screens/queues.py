@@ -1,4 +1,5 @@
-"""The Queues view: depth, running, throughput sparkline, paused, concurrency; pause, resume, limit."""
+"""The Queues view: depth, running, throughput sparkline, paused, its limits (concurrency, rate, per key,
+fair share); pause, resume, change the limits."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ class QueuesView(TableView):
     title: ClassVar[str] = "Queues"
     BINDINGS = bindings_for("queues")
     COLUMNS = (("name", "QUEUE", 18), ("status", "STATUS", 8), ("depth", "DEPTH", 7), ("running", "RUNNING", 8),
-               ("scheduled", "WAITING", 8), ("concurrency", "LIMIT", 7), ("spark", "FINISHED/S, LAST 30 S", 30),
-               ("rate", "NOW/S", 7))  # fmt: skip
+               ("scheduled", "WAITING", 8), ("concurrency", "LIMIT", 7), ("rate_limit", "RATE", 12),
+               ("key_concurrency", "PER KEY", 8), ("spark", "FINISHED/S, LAST 30 S", 30), ("rate", "NOW/S", 7))  # fmt: skip
     POLL_SECONDS = 2.0
 
     async def fetch(self) -> list[Json]:
@@ -49,6 +50,8 @@ class QueuesView(TableView):
             Text(str(q.get("running", 0)), justify="right"),
             Text(str(q.get("scheduled", 0)), justify="right"),
             Text("-" if q.get("concurrency") is None else str(q["concurrency"]), justify="right"),
+            Text(rate_cell(q), justify="right"),
+            Text(key_cell(q), justify="right"),
             Text(d.spark(series), style="cyan"),
             Text(d.number(series[-1] if series else 0), justify="right"),
         ]
@@ -90,3 +93,65 @@ class QueuesView(TableView):
         self.console.push_screen(PromptScreen(f"Concurrency of queue {q['name']}",
                                               "jobs of this queue running at once ('none': no limit)", submit,
                                               value=current))  # fmt: skip
+
+    async def action_rate_limit(self) -> None:
+        q = self.current()
+        if q is None:
+            return
+        client = self.console.client
+
+        async def submit(text: str) -> Json:
+            text = text.strip()
+            if text.lower() in ("", "none", "-"):
+                return await client.update_queue(q["name"], rate_limit=None)
+            rate, _, burst = text.partition(" burst ")
+            try:
+                value = float(rate.removesuffix("/s"))
+                changes: dict[str, Any] = {"rate_limit": value}
+                if burst:
+                    changes["rate_burst"] = int(burst)
+            except ValueError:
+                raise ValueError(f"{text!r}: a number per second, optionally 'burst N' (or 'none')") from None
+            return await client.update_queue(q["name"], **changes)
+
+        current = "none" if q.get("rate_limit") is None else f"{q['rate_limit']:g}"
+        if q.get("rate_burst") is not None:
+            current += f" burst {q['rate_burst']}"
+        self.console.push_screen(PromptScreen(f"Rate limit of queue {q['name']}",
+                                              "jobs started per second over every node, e.g. '10' or '0.5 burst 3' "
+                                              "('none': no limit)", submit, value=current))  # fmt: skip
+
+    async def action_key_limit(self) -> None:
+        q = self.current()
+        if q is None:
+            return
+        client = self.console.client
+
+        async def submit(text: str) -> Json:
+            text = text.strip()
+            if text.lower() in ("", "none", "-"):
+                return await client.update_queue(q["name"], key_concurrency=None)
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError(f"{text!r} is not a whole number (or 'none' for no limit)") from None
+            return await client.update_queue(q["name"], key_concurrency=value)
+
+        current = "none" if q.get("key_concurrency") is None else str(q["key_concurrency"])
+        self.console.push_screen(PromptScreen(f"Per-key limit of queue {q['name']}",
+                                              "jobs of one concurrency key running at once ('none': no limit)", submit,
+                                              value=current))  # fmt: skip
+
+
+def rate_cell(q: Json) -> str:
+    """A queue's rate limit as the table shows it: '10/s ×5' (burst 5), or '-'."""
+    rate = q.get("rate_limit")
+    if rate is None:
+        return "-"
+    return f"{rate:g}/s" + (f" ×{q['rate_burst']}" if q.get("rate_burst") is not None else "")
+
+
+def key_cell(q: Json) -> str:
+    """A queue's per-key limit, and 'fair' when its claims rotate between fairness keys."""
+    limit = "-" if q.get("key_concurrency") is None else str(q["key_concurrency"])
+    return limit + (" fair" if q.get("fair") else "")

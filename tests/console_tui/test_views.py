@@ -46,6 +46,20 @@ async def test_queue_pause_resume_and_concurrency(node: ServerProcess, api: JobD
         app.screen.query_one("#value").value = "3"
         await pilot.press("enter")
         await until(lambda: queues.items["ops-q"].get("concurrency") == 3, 3, "the limit shown")
+        await pilot.press("L")
+        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the rate-limit prompt")
+        app.screen.query_one("#value").value = "2.5 burst 4"
+        await pilot.press("enter")
+        await until(lambda: queues.items["ops-q"].get("rate_limit") == 2.5, 3, "the rate limit shown")
+        await pilot.press("K")
+        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the per-key prompt")
+        app.screen.query_one("#value").value = "2"
+        await pilot.press("enter")
+        await until(lambda: queues.items["ops-q"].get("key_concurrency") == 2, 3, "the per-key limit shown")
+        [q] = [q for q in await api.queues() if q["name"] == "ops-q"]
+        assert (q["rate_limit"], q["rate_burst"], q["key_concurrency"]) == (2.5, 4, 2), q
+        row = [str(c) for c in queues.table.get_row("ops-q")]
+        assert "2.5/s ×4" in row and "2" in row, row
 
 
 async def test_schedule_pause_resume(node: ServerProcess, api: JobDeckClient) -> None:
