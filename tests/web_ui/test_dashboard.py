@@ -233,3 +233,20 @@ def test_the_page_says_when_the_core_is_unreachable_and_recovers(open_page: Open
     expect(page.locator("#core-down")).to_have_count(0, timeout=15_000)
     job_id = waiting_job(web, "after-recovery")
     expect(row(page, job_id)).to_be_visible()
+
+
+def test_queue_limits_are_shown_and_changed_from_the_queues_page(open_page: OpenPage, web: Dashboard) -> None:
+    api(web, "submit", {"task": {"kind": "shell", "argv": ["true"]}, "queue": "limits-q", "delay": 3600})
+    page = open_page("/queues")
+    row = page.locator("#queue-row-limits-q")
+    expect(row.locator(".queue-rate")).to_have_text("none")
+    row.get_by_role("button", name="Limit").click()
+    dialog = page.get_by_role("dialog")
+    dialog.locator("#rate-value").fill("2.5")
+    dialog.locator("#burst-value").fill("4")
+    dialog.locator("#key-value").fill("3")
+    dialog.get_by_role("button", name="Save").click()
+    expect(row.locator(".queue-rate")).to_have_text("2.5/s (burst 4)")
+    expect(row.locator(".queue-keys")).to_have_text("3")
+    [q] = [q for q in api(web, "queues") if q["name"] == "limits-q"]
+    assert (q["rate_limit"], q["rate_burst"], q["key_concurrency"], q["concurrency"]) == (2.5, 4, 3, None), q

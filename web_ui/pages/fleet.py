@@ -13,7 +13,7 @@ from web_ui.layout import layout
 from web_ui.state import AppState, page_state, set_editable
 
 
-@page_state("/queues", editable=("limit_value",))
+@page_state("/queues", editable=("limit_value", "rate_value", "burst_value", "key_value"))
 class QueuesState(AppState):
     """The Queues page."""
 
@@ -23,6 +23,9 @@ class QueuesState(AppState):
     queues: list[dict[str, str]] = []
     limit_queue: str = ""
     limit_value: str = ""
+    rate_value: str = ""
+    burst_value: str = ""
+    key_value: str = ""
 
     async def fetch(self) -> None:
         rows = []
@@ -31,6 +34,10 @@ class QueuesState(AppState):
             rows.append({
                 "name": q["name"], "paused": "1" if q.get("paused") else "",
                 "concurrency": "" if q.get("concurrency") is None else str(q["concurrency"]),
+                "rate_limit": "" if q.get("rate_limit") is None else f"{q['rate_limit']:g}",
+                "rate_burst": "" if q.get("rate_burst") is None else str(q["rate_burst"]),
+                "key_concurrency": "" if q.get("key_concurrency") is None else str(q["key_concurrency"]),
+                "fair": "1" if q.get("fair") else "",
                 "depth": str(q.get("depth", 0)), "running": str(q.get("running", 0)),
                 "scheduled": str(q.get("scheduled", 0)), "dead": str(counts.get("dead", 0)),
                 "succeeded": str(counts.get("succeeded", 0)),
@@ -55,25 +62,29 @@ class QueuesState(AppState):
         await self.fetch()
         return rx.toast.success(f"queue {name}: {action}d", duration=2000)
 
-    def edit_limit(self, name: str, current: str) -> None:
+    def edit_limit(self, name: str, current: str, rate: str, burst: str, key: str) -> None:
         self.limit_queue, self.limit_value = name, current
+        self.rate_value, self.burst_value, self.key_value = rate, burst, key
 
     def close_limit(self) -> None:
         self.limit_queue = ""
 
     async def save_limit(self) -> Any:
-        text = self.limit_value.strip()
+        fields = (("concurrency", self.limit_value, int), ("rate_limit", self.rate_value, float),
+                  ("rate_burst", self.burst_value, int), ("key_concurrency", self.key_value, int))  # fmt: skip
+        changes: dict[str, Any] = {}
+        for name, text, kind in fields:
+            try:
+                changes[name] = kind(text.strip()) if text.strip() else None
+            except ValueError:
+                return rx.toast.error(f"{name}: a number, or empty for none")
         try:
-            limit = int(text) if text else None
-        except ValueError:
-            return rx.toast.error("the limit must be a whole number, or empty for none")
-        try:
-            await self.client().set_concurrency(self.limit_queue, limit)
+            await self.client().update_queue(self.limit_queue, **changes)
         except JobDeckError as exc:
             return self.failed(exc)
         name, self.limit_queue = self.limit_queue, ""
         await self.fetch()
-        return rx.toast.success(f"queue {name}: concurrency {limit if limit is not None else 'unlimited'}")
+        return rx.toast.success(f"queue {name}: limits saved")
 
 
 @page_state("/agents")
@@ -129,6 +140,24 @@ def _queue_row(q: Any) -> rx.Component:
         rx.table.cell(q["dead"]),
         rx.table.cell(rx.cond(q["concurrency"] != "", q["concurrency"], "no limit")),
         rx.table.cell(
+            rx.cond(
+                q["rate_limit"] != "",
+                rx.text(
+                    q["rate_limit"],
+                    "/s",
+                    rx.cond(q["rate_burst"] != "", rx.text(" (burst ", q["rate_burst"], ")", as_="span"), ""),
+                    as_="span",
+                ),
+                "none",
+            ),
+            class_name="queue-rate",
+        ),
+        rx.table.cell(
+            rx.cond(q["key_concurrency"] != "", q["key_concurrency"], "-"),
+            rx.cond(q["fair"] != "", rx.badge("fair", color_scheme="blue", margin_left="4px"), ""),
+            class_name="queue-keys",
+        ),
+        rx.table.cell(
             rx.hstack(
                 rx.button(
                     rx.cond(q["paused"] != "", "Resume", "Pause"),
@@ -143,7 +172,9 @@ def _queue_row(q: Any) -> rx.Component:
                     "Limit",
                     size="1",
                     variant="soft",
-                    on_click=QueuesState.edit_limit(q["name"], q["concurrency"]),
+                    on_click=QueuesState.edit_limit(
+                        q["name"], q["concurrency"], q["rate_limit"], q["rate_burst"], q["key_concurrency"]
+                    ),
                     disabled=q["refuse_configure"] != "",
                     title=q["refuse_configure"],
                 ),
@@ -154,10 +185,18 @@ def _queue_row(q: Any) -> rx.Component:
     )
 
 
+def _limit_input(label: str, id_: str, value: Any, field: str) -> tuple[rx.Component, rx.Component]:
+    return (
+        rx.el.label(label, html_for=id_),
+        rx.input(value=value, id=id_, type="number", step="any",
+                 on_change=lambda v: QueuesState.set_field(field, v)),
+    )  # fmt: skip
+
+
 def _limit_dialog() -> rx.Component:
     return rx.dialog.root(
         rx.dialog.content(
-            rx.dialog.title("Concurrency of queue ", QueuesState.limit_queue),
+            rx.dialog.title("Limits of queue ", QueuesState.limit_queue),
             rx.form(
                 rx.vstack(
                     rx.el.label("Running jobs at most (empty: no limit)", html_for="limit-value"),
@@ -167,6 +206,24 @@ def _limit_dialog() -> rx.Component:
                         type="number",
                         auto_focus=True,
                         on_change=lambda v: QueuesState.set_field("limit_value", v),
+                    ),
+                    *_limit_input(
+                        "Jobs started per second, over every node (empty: no rate limit)",
+                        "rate-value",
+                        QueuesState.rate_value,
+                        "rate_value",
+                    ),
+                    *_limit_input(
+                        "Burst: starts allowed at once (empty: a tenth of a second's worth)",
+                        "burst-value",
+                        QueuesState.burst_value,
+                        "burst_value",
+                    ),
+                    *_limit_input(
+                        "Jobs of one concurrency key at once (empty: no limit)",
+                        "key-value",
+                        QueuesState.key_value,
+                        "key_value",
                     ),
                     rx.hstack(
                         rx.button(
@@ -191,7 +248,8 @@ def _limit_dialog() -> rx.Component:
 
 def queues_page() -> rx.Component:
     """The Queues page."""
-    heads = ("Queue", "Status", "Queued", "Running", "Scheduled", "Succeeded", "Dead", "Concurrency", "Actions")
+    heads = ("Queue", "Status", "Queued", "Running", "Scheduled", "Succeeded", "Dead", "Concurrency", "Rate limit",
+             "Per key", "Actions")  # fmt: skip
     return layout(
         "Queues",
         rx.table.root(
