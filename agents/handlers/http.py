@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
+from agents.breaker import BREAKERS, counts_as_failure
 from agents.handlers.base import Outcome, RunContext
 from agents.secrets import SecretNotFound
 
@@ -34,10 +36,16 @@ async def run_http(task: dict[str, Any], ctx: RunContext) -> Outcome:
         kwargs["json"] = body
     elif body is not None:
         kwargs["content"] = str(body)
+    host = urlsplit(str(task["url"])).netloc
+    why = BREAKERS.allow(host)
+    if why is not None:  # the host failed too often lately: fail fast (the job's backoff applies)
+        return Outcome(False, why)
     try:
         resp = await _shared_client().request(task.get("method", "GET"), task["url"], **kwargs)
     except httpx.HTTPError as exc:
+        BREAKERS.record(host, False)
         return Outcome(False, ctx.redact(f"{type(exc).__name__}: {exc or 'request failed'} ({task['url']})"))
+    BREAKERS.record(host, not counts_as_failure(resp.status_code))
     text = resp.text
     ctx.write(text.encode())
     result = {"status": resp.status_code, "body": ctx.redact(text[:EXCERPT])}
