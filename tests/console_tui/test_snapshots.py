@@ -61,10 +61,17 @@ def check(app: Any, name: str) -> None:
                     "if the change is meant, rerun with JOBDECK_UPDATE_SNAPSHOTS=1")  # fmt: skip
 
 
+async def _relayed(api: JobDeckClient) -> bool:
+    lag = ((await api.stats()).get("relays") or {}).get("notify") or {}
+    return lag.get("holder") is not None and lag.get("behind_events") == 0
+
+
 @pytest.mark.parametrize("screen", ["jobs", "queues", "schedules", "help"])
 async def test_snapshot(fixed: ServerProcess, screen: str) -> None:
     async with JobDeckClient(fixed.url) as api:
         await seed(api)
+        # the Queues bar says how far the notifications' relay is: let it catch up first (a loaded machine)
+        await until(lambda: _relayed(api), 30, "the notify relay to catch up")
     async with console(fixed.url, masked=True, size=SIZE) as (app, pilot):
         if screen == "queues":
             await pilot.press("2")
