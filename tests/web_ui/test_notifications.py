@@ -70,9 +70,12 @@ def test_channels_send_test_the_delivery_log_and_a_live_alert_banner(
     seen.secret = secret.inner_text().strip()
     expect(page.locator("#channel-row-web-hook")).to_contain_text(url)
 
-    [channel] = [c for c in api(web, "channels") if c["name"] == "web-hook"]
-    api(web, "create_alert_rule", {"name": "web-dead", "events": ["job.dead"], "filters": {"queue": "w-alerts"},
-                                   "channels": [channel["id"]], "window_seconds": 0})  # fmt: skip
+    page.fill("#rule-name", "web-dead")
+    page.fill("#rule-events", "job.dead")
+    page.fill("#rule-queue", "w-alerts")
+    page.fill("#rule-channels", "web-hook")
+    page.fill("#rule-window", "0")
+    page.click("#add-rule")
     expect(page.locator("#rule-row-web-dead")).to_contain_text("job.dead")
     job = api(web, "submit", {"name": "invoice-sync", "queue": "w-alerts", "max_attempts": 1,
                               "task": {"kind": "shell", "command": "exit 2"}})  # fmt: skip

@@ -13,7 +13,10 @@ from web_ui.layout import layout
 from web_ui.state import AppState, page_state, set_editable
 
 
-@page_state("/notifications", editable=("new_name", "new_url"))
+@page_state(
+    "/notifications",
+    editable=("new_name", "new_url", "rule_name", "rule_events", "rule_queue", "rule_channels", "rule_window"),
+)
 class NotificationsState(AppState):
     """The Notifications page."""
 
@@ -27,6 +30,11 @@ class NotificationsState(AppState):
     new_name: str = ""
     new_url: str = ""
     new_secret: str = ""
+    rule_name: str = ""
+    rule_events: str = "job.dead"
+    rule_queue: str = ""
+    rule_channels: str = ""
+    rule_window: str = "300"
 
     async def fetch(self) -> None:
         if self.may("notifications.manage"):
@@ -86,6 +94,30 @@ class NotificationsState(AppState):
         self.new_name, self.new_url, self.new_secret = "", "", str(made.get("secret") or "")
         await self.fetch()
         return rx.toast.success(f"channel {made['name']} added: copy its signing secret now", duration=4000)
+
+    async def add_rule(self) -> Any:
+        """A rule on event types (every match, through its window) from the form; the core checks it."""
+        names = {c["name"]: int(c["id"]) for c in self.channels}
+        wanted = [n.strip() for n in self.rule_channels.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in names]
+        if unknown or not wanted:
+            return rx.toast.error(f"channels: name one or more of {', '.join(names) or '(no channels yet)'}")
+        try:
+            window = float(self.rule_window or 0)
+        except ValueError:
+            return rx.toast.error("window: a number of seconds")
+        spec: dict[str, Any] = {"name": self.rule_name.strip(), "channels": [names[n] for n in wanted],
+                                "events": [e.strip() for e in self.rule_events.split(",") if e.strip()],
+                                "window_seconds": window}  # fmt: skip
+        if self.rule_queue.strip():
+            spec["filters"] = {"queue": self.rule_queue.strip()}
+        try:
+            made = await self.client().create_alert_rule(spec)
+        except JobDeckError as exc:
+            return self.failed(exc)
+        self.rule_name = ""
+        await self.fetch()
+        return rx.toast.success(f"rule {made['name']} added", duration=3000)
 
     async def send_test(self, channel_id: str) -> Any:
         try:
@@ -203,6 +235,27 @@ def _add_webhook() -> rx.Component:
     )  # fmt: skip
 
 
+def _field(key: str, placeholder: str, width: str) -> rx.Component:
+    return rx.input(placeholder=placeholder, value=getattr(NotificationsState, key), id=f"rule-{key[5:]}",
+                    aria_label=placeholder, on_change=lambda v: NotificationsState.set_field(key, v), width=width)  # fmt: skip
+
+
+def _add_rule() -> rx.Component:
+    return rx.form(
+        rx.hstack(
+            _field("rule_name", "rule name", "10rem"),
+            _field("rule_events", "events (job.dead, job.failed ...)", "16rem"),
+            _field("rule_queue", "queue (optional)", "9rem"),
+            _field("rule_channels", "channels (names)", "12rem"),
+            _field("rule_window", "window s", "6rem"),
+            rx.button("Add rule", type="submit", id="add-rule"),
+            spacing="2",
+            wrap="wrap",
+        ),
+        on_submit=lambda _: NotificationsState.add_rule(),
+    )
+
+
 def notifications_page() -> rx.Component:
     """The Notifications page."""
     return layout(
@@ -233,6 +286,7 @@ def notifications_page() -> rx.Component:
             "channels-table",
         ),
         rx.heading("Alert rules", size="4", as_="h2"),
+        _add_rule(),
         _table(
             ("Rule", "Condition", "Events", "Filters", "Channels", "Window", "Now"),
             NotificationsState.rules,
