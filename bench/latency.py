@@ -15,7 +15,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from bench.context import RunContext
+from bench.rawhttp import ConnectionPool, build_request
 from bench.report import Figure, percentile
 from bench.server import BenchError
 from bench.workload import all_jobs, epoch, iso, noop_job, wait_for_state
@@ -88,9 +91,23 @@ async def _run(ctx: RunContext, label: str, server_name: str, when: Callable[[],
         for job in warm:
             await client.wait_for(job["id"], timeout=s.stall_seconds)
         meter = nodes.meter()
-        # Submitted to the nodes in turn.
-        turn = itertools.cycle(nodes.clients)
-        pacing = await paced(s.pickup_rate, s.pickup_seconds, lambda: next(turn).submit(noop_job(QUEUE, **when())))
+        # Submitted to the nodes in turn, on plain keep-alive sockets (bench.rawhttp): httpx's
+        # client CPU per request would make the pacer, not the server, the figure on a loaded machine.
+        pools = [ConnectionPool(srv.url) for srv in nodes.servers]
+        turn = itertools.cycle(pools)
+
+        async def submit() -> None:
+            status, body = await next(turn).request(
+                build_request("POST", "/v1/jobs", orjson.dumps(noop_job(QUEUE, **when())))
+            )
+            if status != 201:
+                raise BenchError(f"POST /v1/jobs answered {status}: {body[:300].decode(errors='replace')}")
+
+        try:
+            pacing = await paced(s.pickup_rate, s.pickup_seconds, submit)
+        finally:
+            for pool in pools:
+                await pool.close()
         n = len(pacing.lateness)
         await wait_for_state(client, QUEUE, "succeeded", n, poll=s.poll_seconds, stall=s.stall_seconds)
         cpu = meter.stop()

@@ -97,3 +97,33 @@ async def request_rate(url: str, request: bytes, concurrency: int, seconds: floa
         for c in connections:
             await c.close()
     return Rate(len(latencies), time.perf_counter() - start, latencies)
+
+
+class ConnectionPool:
+    """Keep-alive connections to one server, opened as they are needed: each request takes an
+    idle one (a paced run's overlapping requests get one each) and gives it back."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._idle: list[Connection] = []
+        self._open: list[Connection] = []
+
+    async def request(self, data: bytes) -> tuple[int, bytes]:
+        """As `Connection.request`, on an idle connection (a new one if none is idle)."""
+        conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = await Connection.open(self._url)
+            self._open.append(conn)
+        try:
+            answer = await conn.request(data)
+        except BaseException:
+            self._open.remove(conn)
+            await conn.close()
+            raise
+        self._idle.append(conn)
+        return answer
+
+    async def close(self) -> None:
+        for conn in self._open:
+            await conn.close()
+        self._open, self._idle = [], []
