@@ -83,7 +83,7 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
         for r in range(ROUNDS):
             for mode, env in modes.items():
                 async with ctx.server(f"obs-{mode}-drain-{r}", ctx.scale.e2e_slots, env) as (srv, client):
-                    rate, _ = await run_resumed(ctx, [srv], [client])
+                    rate, *_ = await run_resumed(ctx, [srv], [client])
                     drain[mode].append(rate)
                 async with ctx.server(f"obs-{mode}-pickup-{r}", ctx.scale.pickup_slots, env) as (_, client):
                     pickup[mode].extend(await _pickup_ms(ctx, client, ctx.scale.pickup_seconds / 2))
