@@ -42,6 +42,7 @@ from bench.report import (
     render_table,
 )
 from bench.scale import scale_run
+from bench.schedules import schedules_at_scale
 from bench.server import BenchError, ProcessReport, ServerOptions
 from bench.store import DEFAULT_PG_URL, DEFAULT_REDIS_URL, SQLITE, Backend, Floors
 from bench.submit import batch_submit, single_submit
@@ -69,6 +70,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "drain of jobs doing one Redis PING each (32 local slots): jobs/s, mean claim and result batch, CPU per "
         "job, beside the plain-SQL drain floor of the same run",
         (io_drain,),
+        True,
+    ),
+    "schedules": (
+        "schedules at scale: N schedules firing every minute, the lateness of each fire time and the CPU "
+        "of the firing minute beside an idle stretch of the same run",
+        (schedules_at_scale,),
         True,
     ),
     "flow": (

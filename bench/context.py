@@ -37,6 +37,7 @@ class Scale:
     io_jobs: int = 10_000  # jobs of each run of the io benchmark (one Redis PING each)
     io_slots: int = 32  # local agent slots in it: `jobdeck up`'s default
     io_runs: int = 3  # its runs (the spread between them is a figure)
+    schedules: int = 10_000  # schedules firing every minute in the schedules benchmark
     poll_seconds: float = 0.5  # how often completion is polled
     stall_seconds: float = 30.0  # no progress for this long: the jobs are reported stuck
 
@@ -62,6 +63,7 @@ class Scale:
             python_calls=300,
             python_jobs=500,
             kafka_events=20_000,
+            schedules=1_000,
         )
 
 
