@@ -32,8 +32,10 @@ class FirePlan:
 def _between(s: Schedule, first: float, end: float, cap: int) -> list[float]:
     """Fire times t with first <= t <= end, from `first`, at most `cap` of them."""
     out = [] if first > end else [first]
+    chunk = 2  # usually the next one is past `end` already: read few, then more and more
     while len(out) < cap:
-        nxt = next_fire_times(s, out[-1] if out else first, min(256, cap - len(out)))
+        nxt = next_fire_times(s, out[-1] if out else first, min(chunk, cap - len(out)))
+        chunk = min(chunk * 4, 256)
         for t in nxt:
             if t > end:
                 return out
