@@ -275,5 +275,5 @@ async def test_a_fan_in_finished_by_many_concurrent_batches_on_two_nodes_is_rele
     )
     sink = await s1.get_job(jobs[-1].id)
     assert (sink.state, sink.deps_left) == ("queued", 0), (sink.state, sink.deps_left)
-    got, counts = await s1.get_workflow(wf.id)
+    _, counts = await s1.get_workflow(wf.id)
     assert counts == {"succeeded": n + 1, "queued": 1}, counts

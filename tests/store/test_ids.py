@@ -105,7 +105,7 @@ async def test_pruned_event_seqs_are_not_reused(kit: StoreKit) -> None:
 async def test_the_migration_keeps_an_old_database_and_its_ids(tmp_path: Path) -> None:
     """A file from before migration 6 (tables without AUTOINCREMENT) migrates with its rows, ids and
     every index it had."""
-    from core.store.sqlite import _INSERT_JOB, _job_row
+    from core.store.sqlite import JOB_COLUMNS, _job_row
 
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)
@@ -117,7 +117,11 @@ async def test_the_migration_keeps_an_old_database_and_its_ids(tmp_path: Path) -
         conn.execute("INSERT INTO schema_version VALUES (?, 0)", (int(f.name[:4]),))
     job = build_job({"task": NOOP, "name": "old-job"}, time.time(), POLICY)
     job.id = 41
-    conn.execute(_INSERT_JOB, _job_row(job))
+    # the columns that file has (later migrations add more: traceparent, keys, dependencies, ...)
+    have = {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+    row = [(c, v) for c, v in zip(JOB_COLUMNS, _job_row(job), strict=True) if c in have]
+    conn.execute(f"INSERT INTO jobs ({', '.join(c for c, _ in row)}) VALUES ({', '.join('?' * len(row))})",
+                 [v for _, v in row])  # fmt: skip
     conn.execute("INSERT INTO schedules (id, name, kind, interval, timezone, anchor, job, created_at, updated_at) "
                  "VALUES (7, 'old-schedule', 'interval', 60, 'UTC', 0, '{}', 0, 0)")  # fmt: skip
     old_indexes = _indexes(conn)
