@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 from zoneinfo import available_timezones
 
 from fastapi import Path, Query
@@ -188,3 +189,22 @@ def _known_zone(value: str) -> str:
 
 #: An IANA time zone name (the document lists every one the server knows).
 TimeZone = Annotated[str, AfterValidator(_known_zone), WithJsonSchema({"type": "string", "enum": list(TIMEZONES)})]
+
+# http(s)://, optional user@, a host name or IPv4 address, optional :port, then a path (no spaces);
+# no IPv6 literals: a bracket in the host part is refused by the schema, not only by urlsplit
+HTTP_URL_PATTERN = (
+    r"^https?://([^/?#@\[\]\x00-\x20\x7f]*@)?[A-Za-z0-9][A-Za-z0-9.\-]*"
+    r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?([/?#][^\x00-\x20\x7f]*)?$"
+)
+
+
+def http_url(value: str) -> str:
+    """An http(s) URL with a host that the agent's client can send to (the pattern, then urlsplit)."""
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 1) <= 65535
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError("an http:// or https:// URL with a host, such as https://hooks.example.com/jobdeck")
+    return value

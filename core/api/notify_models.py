@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from core.api.fields import NO_NUL, QUEUE_NAME, Id, Int, Text, whole
+from core.api.fields import HTTP_URL_PATTERN, NO_NUL, QUEUE_NAME, Id, Int, Text, http_url, whole
 from core.api.schemas import _Strict
 from core.notify.rules import EVENT_TYPES
 
@@ -26,21 +25,6 @@ RESERVED_HEADERS = frozenset({"webhook-id", "webhook-timestamp", "webhook-signat
                               "content-length", "host", "transfer-encoding"})  # fmt: skip
 
 
-# http(s)://, optional user@, a host name or IPv4 address, optional :port, then a path (no spaces)
-URL_PATTERN = r"^https?://([^/?#@\x00-\x20\x7f]*@)?[A-Za-z0-9][A-Za-z0-9.\-]*(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?([/?#][^\x00-\x20\x7f]*)?$"
-
-
-def _http_url(value: str) -> str:
-    try:
-        parts = urlsplit(value)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 1) <= 65535
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError("an http:// or https:// URL with a host, such as https://hooks.example.com/jobdeck")
-    return value
-
-
 def _own_headers(value: dict[str, str] | None) -> dict[str, str] | None:
     for name in value or {}:
         if name.lower() in RESERVED_HEADERS:
@@ -49,8 +33,8 @@ def _own_headers(value: dict[str, str] | None) -> dict[str, str] | None:
 
 
 Name = Annotated[str, Field(pattern=NAME, description="letters, digits, '_', '.', '-'; at most 100")]
-Url = Annotated[str, Field(max_length=2000, pattern=URL_PATTERN, description="http(s)://host[:port]/path"),
-                AfterValidator(_http_url)]  # fmt: skip
+Url = Annotated[str, Field(max_length=2000, pattern=HTTP_URL_PATTERN, description="http(s)://host[:port]/path"),
+                AfterValidator(http_url)]  # fmt: skip
 
 
 def _any_case(word: str) -> str:

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from core.api.fields import (
+    HTTP_URL_PATTERN,
     NO_NUL,
     QUEUE_NAME,
     STATES_PATTERN,
@@ -38,6 +39,7 @@ from core.api.fields import (
     TimeZone,
     bounded_depth,
     check_time_range,
+    http_url,
     whole,
 )
 from core.errors import InvalidSchedule
@@ -133,8 +135,10 @@ class HttpTask(_Strict):
 
     kind: Literal["http"]
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"] = "GET"
-    # no control characters or spaces (spelled out: "\s" means other characters in JSON Schema than in pydantic)
-    url: str = Field(pattern=r"^https?://[^\x00-\x20\x7f]+$", max_length=8192)
+    # a host the agent can reach, no spaces or control characters (spelled out: "\s" means other
+    # characters in JSON Schema than in pydantic); "http://[" was stored and failed only on the agent
+    url: Annotated[str, Field(pattern=HTTP_URL_PATTERN, max_length=8192, description="http(s)://host[:port]/path"),
+                   AfterValidator(http_url)]  # fmt: skip
     headers: dict[str, str | SecretRef] = Field(
         default_factory=dict,
         description='request headers; a value is a string (stored with the job) or {"secret": "name"}, resolved '

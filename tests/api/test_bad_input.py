@@ -330,3 +330,12 @@ def test_an_error_shows_a_huge_number_without_failing(admin: httpx.Client) -> No
     raw = b'{"task": {"kind": "shell", "command": "x"}, "priority": %d}' % (2**64 - 1)
     body = refused(post_raw(admin, "/v1/jobs", raw), "priority", "less than or equal to 1000")
     assert orjson.loads(orjson.dumps(body)) == body
+
+
+@pytest.mark.parametrize("url", ["http://[", "http://a[b/", "http://user[@host/", "http://host:70000/", "http:///path"])
+def test_an_http_task_url_the_agent_could_not_send_to_is_refused_at_submit(admin: httpx.Client, url: str) -> None:
+    # "http://[" was stored and failed only on the agent (and broke the fuzzer's reading of the 201)
+    resp = admin.post("/v1/jobs", json={"task": {"kind": "http", "url": url}})
+    assert resp.status_code == 422 and resp.json()["field"] == "task.url", resp.text
+    ok = admin.post("/v1/jobs", json={"task": {"kind": "http", "url": "http://127.0.0.1:9/a[1]?b=[2]"}})
+    assert ok.status_code == 201, ok.text
