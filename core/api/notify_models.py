@@ -13,6 +13,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from core.api.fields import HTTP_URL_PATTERN, NO_NUL, QUEUE_NAME, Id, Int, Text, http_url, whole
 from core.api.schemas import _Strict
+from core.errors import InvalidInput
+from core.notify import signing
 from core.notify.rules import EVENT_TYPES
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$"
@@ -53,8 +55,23 @@ Headers = Annotated[
                     "description": "extra request headers (write-only: answers list their names); not webhook-*, "
                                    "content-type, content-length, host, transfer-encoding"}),
 ]  # fmt: skip
-Secret = Annotated[str, Field(max_length=200, pattern=r"^whsec_[A-Za-z0-9+/=]{32,90}$",
-                              description="whsec_ + base64 of 24-64 random bytes (write-only); absent: JobDeck makes one")]  # fmt: skip
+
+
+def _signing_secret(value: str) -> str:
+    try:
+        signing.secret_key(value)
+    except InvalidInput as exc:
+        raise ValueError(exc.message.removeprefix("secret: ")) from None
+    return value
+
+
+# whsec_ + canonical base64 of 24 to 63 bytes: 8-20 groups of 4, then maybe one more (full or padded), so
+# every string the schema allows is a key signing.secret_key takes (a looser pattern let a hook store a
+# secret its calls then failed on)
+Secret = Annotated[str, Field(max_length=200,
+                              pattern=r"^whsec_([A-Za-z0-9+/]{4}){8,20}([A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+                              description="whsec_ + base64 of 24-63 random bytes (write-only); absent: JobDeck makes one"),
+                   AfterValidator(_signing_secret)]  # fmt: skip
 Email = Annotated[str, Field(max_length=320, pattern=EMAIL)]
 Timeout = Annotated[float, Field(gt=0, le=60, description="seconds one attempt may take")]
 MaxAttempts = Annotated[int, Field(ge=1, le=25, strict=True, description="attempts per delivery (1 s doubling to 60 s apart)"),

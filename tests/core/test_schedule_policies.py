@@ -289,3 +289,30 @@ def test_preview_marks_dst_gaps_and_overlaps() -> None:
     ] == "2027-10-31T02:30:00+02:00", overlap
     plain = preview(s, T0, 1)
     assert plain[0]["marks"] == []
+
+
+def test_exclusion_matching_agrees_with_croniter_and_sees_a_total_exclusion() -> None:
+    import random
+    from datetime import datetime, timedelta
+
+    from croniter import croniter
+
+    from core.schedule.fire_times import cron_matches, excludes_every_fire_time
+
+    rnd = random.Random(7)
+    exprs = ["* * * * *", "0 0 * * 7", "*/15 * * * *", "0 0 1 * 1", "30 9-17 * * 1-5", "0 0 * jan mon",
+             "* * 13 * 5", "0 12 * * sat,sun", "0 0 L * *", "0 0 * * 1#2", "*/7 */3 */2 */5 *"]  # fmt: skip
+    for expr in exprs:
+        for _ in range(500):
+            when = datetime(2026, 1, 1) + timedelta(minutes=rnd.randrange(2 * 366 * 24 * 60))
+            assert cron_matches(expr, when) == bool(croniter.match(expr, when)), (expr, when)
+    now = 1_796_000_000.0
+
+    def every_minute_without(exclude: str) -> Schedule:
+        s = Schedule(0, "p", "cron", "* * * * *", None, None, "UTC", now, {}, False, None, None, now, now)
+        s.policy = s.policy.replace(exclude_cron=exclude)
+        return s
+
+    assert excludes_every_fire_time(every_minute_without("* * * * 0-6"))
+    assert not excludes_every_fire_time(every_minute_without("* * * * 1-6"))  # Sundays stay
+    assert next_fire_times(every_minute_without("* * * * *"), now, 1) == []
