@@ -87,6 +87,9 @@ def test_a_bulk_action_on_everything_matching_the_filter(open_page: OpenPage, we
     ids = [waiting_job(web, f"bulkgrp-{i}") for i in range(5)]
     other = waiting_job(web, "not-in-bulk")
     a, b = open_page("/jobs"), open_page("/jobs")
+    # typed before the page is live, the filter would be overwritten when the page's state loads
+    expect(a.locator("#core-status")).to_contain_text("live")
+    expect(row(a, other)).to_be_visible()
     a.get_by_label("Name starts with").fill("bulkgrp")
     expect(a.locator("#jobs-table tbody tr")).to_have_count(5)
     a.locator("#bulk-filter-pause").click()
