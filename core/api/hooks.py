@@ -1,10 +1,11 @@
-"""Incoming hooks: `POST /v1/hooks/{name}` submits a job from the hook's template, with the request
-body available to the task; the hooks themselves are managed (admin only) under /v1/notifications/hooks.
+"""Incoming hooks: `POST /v1/hooks/{name}` submits a job or a workflow (a DAG of jobs) from the hook's
+template, with the request body available to every task; the hooks themselves are managed (admin only) under /v1/notifications/hooks.
 
 A call proves itself with the hook's own secret: a Standard Webhooks signature (`auth: hmac`, the
 default: webhook-id, webhook-timestamp within the hook's tolerance, webhook-signature) or a bearer
 token (`auth: bearer`). A wrong one is a 401, submits nothing, and is in the audit log. A
-webhook-id seen before is a 409: the job carries the idempotency key `hook:{name}:{id}`.
+webhook-id seen before is a 409: the job carries the idempotency key `hook:{name}:{id}` (a
+workflow's jobs `hook:{name}:{id}:{ref}`, and the store refuses a workflow whose keys exist).
 
 The task finds the call in JOBDECK_HOOK_NAME, JOBDECK_HOOK_ID and JOBDECK_HOOK_BODY (shell and
 python tasks' environment); a python task also gets the parsed JSON body as the keyword `hook`, and
@@ -29,7 +30,7 @@ from core.api.deps import Route, get_engine
 from core.api.fields import ID_MAX, JSON_DEPTH_MAX, json_depth
 from core.api.notify_models import Name, Secret, _Out
 from core.api.openapi import errors
-from core.api.schemas import JobTemplate, _Strict
+from core.api.schemas import JobTemplate, WorkflowCreate, WorkflowJob, _Strict
 from core.auth.roles import Principal
 from core.engine import Engine
 from core.errors import Conflict, InvalidInput, PayloadTooLarge, Unauthorized
@@ -37,6 +38,7 @@ from core.model import iso, job_summary
 from core.notify import signing
 from core.store import audit
 from core.store.hooks import HookStore
+from core.workflow import validate_workflow, workflow_to_dict
 
 router = APIRouter(prefix="/v1", tags=["hooks"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
@@ -46,32 +48,63 @@ MAX_BODY = 64 * 1024  # a hook's body goes into the task's environment: keep it 
 Token = Annotated[str, Field(min_length=24, max_length=200, pattern=r"^[A-Za-z0-9._~+/=\-]+$",
                              description="a bearer token of 24-200 characters (write-only); absent: JobDeck makes one")]  # fmt: skip
 Tolerance = Annotated[float, Field(gt=0, le=3600, description="seconds a signed call's timestamp may be off")]
+MAX_HOOK_WORKFLOW_JOBS = 100  # each job's task gets the body (up to 64 KiB): bound what one call can store
 _AUTH_RULE: dict[str, Any] = {"oneOf": [
     {"required": ["auth"], "properties": {"auth": {"const": "bearer"}, "secret": {"type": "null"}}},
     {"properties": {"auth": {"const": "hmac"}, "token": {"type": "null"}}},
 ]}  # fmt: skip
+_ONE_TEMPLATE: dict[str, Any] = {"oneOf": [
+    {"required": ["job"], "properties": {"job": {"type": "object"}, "workflow": {"type": "null"}}},
+    {"required": ["workflow"], "properties": {"workflow": {"type": "object"}, "job": {"type": "null"}}},
+]}  # fmt: skip
+_AT_MOST_ONE_TEMPLATE: dict[str, Any] = {
+    "not": {"required": ["job", "workflow"], "properties": {"job": {"type": "object"}, "workflow": {"type": "object"}}}
+}
+
+
+class HookWorkflow(WorkflowCreate):
+    """A workflow template: each call submits these jobs and their dependencies; every task gets the body."""
+
+    jobs: list[WorkflowJob] = Field(min_length=1, max_length=MAX_HOOK_WORKFLOW_JOBS)
+
+    def template(self) -> dict[str, Any]:
+        """The stored template (its DAG checked now, so a call cannot fail on a cycle or a bad ref)."""
+        specs = self.specs()
+        validate_workflow(specs)
+        return {"workflow": {"name": self.name, "jobs": specs}}
+
+
+def _template(job: JobTemplate | None, workflow: HookWorkflow | None) -> dict[str, Any] | None:
+    if job is not None and workflow is not None:
+        raise InvalidInput("workflow: a hook submits one `job` or one `workflow`, not both", field="workflow")
+    return job.to_spec() if job is not None else workflow.template() if workflow is not None else None
 
 
 class HookCreate(_Strict):
     """An incoming hook: calls to POST /v1/hooks/{name} that prove themselves submit `job`."""
 
-    model_config = ConfigDict(json_schema_extra=_AUTH_RULE)
+    model_config = ConfigDict(json_schema_extra={"allOf": [_AUTH_RULE, _ONE_TEMPLATE]})
 
     name: Name
     auth: Literal["hmac", "bearer"] = "hmac"
     secret: Secret | None = Field(None, description="auth hmac: the signing secret (absent: JobDeck makes one)")
     token: Token | None = None
-    job: JobTemplate
+    job: JobTemplate | None = Field(None, description="the job each call submits (or give `workflow`)")
+    workflow: HookWorkflow | None = Field(None, description="the workflow each call submits (or give `job`)")
     tolerance_seconds: Tolerance = signing.TOLERANCE
     enabled: bool = True
 
 
 class HookUpdate(_Strict):
-    """Fields of a hook to change (a new secret or token replaces the old one at once); null leaves one."""
+    """Fields of a hook to change (a new secret or token replaces the old one at once); null leaves one.
+    A `job` or a `workflow` replaces the template, whichever kind it was."""
+
+    model_config = ConfigDict(json_schema_extra=_AT_MOST_ONE_TEMPLATE)
 
     secret: Secret | None = None
     token: Token | None = None
     job: JobTemplate | None = None
+    workflow: HookWorkflow | None = None
     tolerance_seconds: Tolerance | None = None
     enabled: bool | None = None
 
@@ -83,7 +116,8 @@ class HookView(_Out):
     name: str
     auth: Literal["hmac", "bearer"]
     path: str = Field(description="where to call it")
-    job: dict[str, Any]
+    job: dict[str, Any] | None = Field(description="the job template (null: the hook submits a workflow)")
+    workflow: dict[str, Any] | None = Field(description="the workflow template: name and jobs (null: a job)")
     tolerance_seconds: float
     enabled: bool
     created_at: str
@@ -104,10 +138,12 @@ class HookList(_Out):
 
 
 class HookSubmitted(_Out):
-    """The job a hook call submitted."""
+    """What a hook call submitted: a job, or a workflow with its jobs' ids by ref."""
 
     hook: str
-    job: dict[str, Any] = Field(description="the job's summary (id, name, queue, state ...)")
+    job: dict[str, Any] | None = Field(description="the job's summary (id, name, queue, state ...); null: a workflow")
+    workflow: dict[str, Any] | None = Field(None, description="the workflow (id, name, state, counts); null: a job")
+    ids: dict[str, int] | None = Field(None, description="the workflow's job ids by ref")
 
 
 def hooks_of(engine: Engine) -> HookStore:
@@ -116,7 +152,9 @@ def hooks_of(engine: Engine) -> HookStore:
 
 
 def hook_view(h: dict[str, Any]) -> dict[str, Any]:
-    return {"id": h["id"], "name": h["name"], "auth": h["auth"], "path": f"/v1/hooks/{h['name']}", "job": h["job"],
+    wf = h["job"].get("workflow")
+    return {"id": h["id"], "name": h["name"], "auth": h["auth"], "path": f"/v1/hooks/{h['name']}",
+            "job": None if wf is not None else h["job"], "workflow": wf,
             "tolerance_seconds": h["tolerance"], "enabled": h["enabled"], "created_at": iso(h["created_at"]),
             "updated_at": iso(h["updated_at"])}  # fmt: skip
 
@@ -136,6 +174,9 @@ async def list_hooks(engine: EngineDep) -> JSON:
 @router.post("/notifications/hooks", status_code=201, summary="Create an incoming hook",
              response_model=HookCreated, responses=errors(409))  # fmt: skip
 async def create_hook(body: HookCreate, engine: EngineDep) -> JSON:
+    template = _template(body.job, body.workflow)
+    if template is None:
+        raise InvalidInput("job: give the `job` (or the `workflow`) each call submits", field="job")
     made_secret = made_token = None
     if body.auth == "hmac":
         if body.token is not None:
@@ -147,8 +188,8 @@ async def create_hook(body: HookCreate, engine: EngineDep) -> JSON:
             raise InvalidInput("secret: a hook with auth bearer takes `token`, not a signing secret", field="secret")
         token = body.token or (made_token := random_secrets.token_urlsafe(32))
         stored = {"token_sha256": _token_hash(token)}
-    h = await hooks_of(engine).create_hook(body.name, body.auth, stored, body.job.to_spec(), body.tolerance_seconds,
-                                       body.enabled)  # fmt: skip
+    h = await hooks_of(engine).create_hook(body.name, body.auth, stored, template, body.tolerance_seconds,
+                                           body.enabled)  # fmt: skip
     return JSON({**hook_view(h), "secret": made_secret, "token": made_token}, status_code=201)
 
 
@@ -169,8 +210,9 @@ async def update_hook(hook_id: HookIdPath, body: HookUpdate, engine: EngineDep) 
             raise Conflict(f"{wrong}: hook {old['name']} has auth {old['auth']}", field=wrong)
         changes["secrets"] = ({"secret": body.secret} if old["auth"] == "hmac"
                               else {"token_sha256": _token_hash(str(body.token))})  # fmt: skip
-    if body.job is not None:
-        changes["job"] = body.job.to_spec()
+    template = _template(body.job, body.workflow)
+    if template is not None:
+        changes["job"] = template
     if body.tolerance_seconds is not None:
         changes["tolerance"] = body.tolerance_seconds
     if body.enabled is not None:
@@ -207,13 +249,29 @@ async def call_hook(name: HookNamePath, request: Request, engine: EngineDep) -> 
         raise PayloadTooLarge(f"a hook's body is at most {MAX_BODY // 1024} KiB (got {len(body)} bytes)")
     if msg_id is not None and (len(msg_id) > 100 or not msg_id.isprintable()):
         raise InvalidInput("webhook-id: at most 100 printable characters", field="webhook-id")
-    spec = hook_job(hook, msg_id, body)
     audit.set_acting(caller, "call_hook", f"hook:{name}")
+    if "workflow" in hook["job"]:
+        return await _call_workflow(engine, hook, msg_id, body)
+    spec = hook_job(hook, msg_id, body)
     [(job, created)] = await engine.submit([spec])
     if not created:
         raise Conflict(f"hook {name}: delivery {msg_id} was received before (job {job.id}); a replay is refused",
                        field="webhook-id", job_id=job.id)  # fmt: skip
     return JSON({"hook": name, "job": job_summary(job)}, status_code=202)
+
+
+async def _call_workflow(engine: Engine, hook: dict[str, Any], msg_id: str | None, body: bytes) -> JSON:
+    name, specs = hook["name"], hook_workflow(hook, msg_id, body)
+    try:
+        wf, jobs = await engine.submit_workflow(hook["job"]["workflow"]["name"], specs)
+    except Conflict as seen:
+        raise Conflict(f"hook {name}: delivery {msg_id} was received before (job {seen.extra.get('job_id')}); "
+                       "a replay is refused", field="webhook-id", job_id=seen.extra.get("job_id")) from None  # fmt: skip
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j.state] = counts.get(j.state, 0) + 1
+    return JSON({"hook": name, "job": None, "workflow": workflow_to_dict(wf, counts),
+                 "ids": {j.ref: j.id for j in jobs}}, status_code=202)  # fmt: skip
 
 
 def _refusal(hook: dict[str, Any], request: Request, body: bytes, msg_id: str | None, now: float) -> str | None:
@@ -232,8 +290,8 @@ def _refusal(hook: dict[str, Any], request: Request, body: bytes, msg_id: str | 
                           now, hook["tolerance"])  # fmt: skip
 
 
-def hook_job(hook: dict[str, Any], msg_id: str | None, body: bytes) -> dict[str, Any]:
-    """The job a call submits: the template, with the call's body given to the task."""
+def _parse_body(body: bytes) -> tuple[str, Any]:
+    """The body as text and as JSON (the text itself if it is not JSON); InvalidInput naming `body`."""
     try:
         text = body.decode()
     except UnicodeDecodeError:
@@ -247,7 +305,10 @@ def hook_job(hook: dict[str, Any], msg_id: str | None, body: bytes) -> dict[str,
     depth = json_depth(parsed)
     if depth > JSON_DEPTH_MAX:
         raise InvalidInput(f"body: nests {depth} levels of lists and objects; at most {JSON_DEPTH_MAX}", field="body")
-    spec: dict[str, Any] = copy.deepcopy(hook["job"])
+    return text, parsed
+
+
+def _give_body(spec: dict[str, Any], hook: dict[str, Any], msg_id: str | None, text: str, parsed: Any) -> None:
     task = spec["task"]
     env = {"JOBDECK_HOOK_NAME": hook["name"], "JOBDECK_HOOK_ID": msg_id or "", "JOBDECK_HOOK_BODY": text}
     if task["kind"] in ("shell", "python"):
@@ -256,7 +317,26 @@ def hook_job(hook: dict[str, Any], msg_id: str | None, body: bytes) -> dict[str,
         task["kwargs"] = {**task.get("kwargs", {}), "hook": parsed}
     if task["kind"] == "http" and task.get("body") is None:
         task["body"] = parsed
+
+
+def hook_job(hook: dict[str, Any], msg_id: str | None, body: bytes) -> dict[str, Any]:
+    """The job a call submits: the template, with the call's body given to the task."""
+    text, parsed = _parse_body(body)
+    spec: dict[str, Any] = copy.deepcopy(hook["job"])
+    _give_body(spec, hook, msg_id, text, parsed)
     spec.setdefault("name", f"hook:{hook['name']}")
     if msg_id is not None:
         spec["idempotency_key"] = f"hook:{hook['name']}:{msg_id}"
     return spec
+
+
+def hook_workflow(hook: dict[str, Any], msg_id: str | None, body: bytes) -> list[dict[str, Any]]:
+    """The workflow's job specs a call submits: each task gets the call's body, each job a key from the call."""
+    text, parsed = _parse_body(body)
+    specs: list[dict[str, Any]] = copy.deepcopy(hook["job"]["workflow"]["jobs"])
+    for spec in specs:
+        _give_body(spec, hook, msg_id, text, parsed)
+        spec.setdefault("name", f"hook:{hook['name']}:{spec['ref']}")
+        if msg_id is not None:
+            spec["idempotency_key"] = f"hook:{hook['name']}:{msg_id}:{spec['ref']}"
+    return specs

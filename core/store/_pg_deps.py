@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 _ENDED = ", ".join(f"'{s}'" for s in sorted(ENDED_STATES))
 SELECT_WORKFLOW = f"SELECT {', '.join(WORKFLOW_COLUMNS)} FROM workflows"
 LOCK_PARENTS = f"{sql.SELECT_JOB} WHERE id = ANY($1::bigint[]) ORDER BY id FOR SHARE"
+# A workflow whose jobs carry idempotency keys (a hook call's) takes one advisory lock per key, to
+# commit, in key order, before looking the keys up: a second submit with a key waits for the first.
+LOCK_KEYS = "SELECT pg_advisory_xact_lock(7245, hashtext(k)) FROM unnest($1::text[]) AS k ORDER BY k"
+KNOWN_KEY = "SELECT id, idempotency_key FROM jobs WHERE idempotency_key = ANY($1::text[]) ORDER BY id LIMIT 1"
 
 
 def to_workflow(row: Sequence[Any]) -> Workflow:

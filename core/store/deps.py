@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
+from core.errors import Conflict
 from core.model import Change, Job, JobState, Policy
 from core.workflow import (
     FAILED_STATES,
@@ -23,6 +24,13 @@ from core.workflow import (
 )
 
 T = TypeVar("T")
+
+
+def refuse_known_keys(known: Sequence[Any] | None) -> None:
+    """A workflow is stored whole or not at all: a job key (id, idempotency key) already stored is a Conflict."""
+    if known is not None:
+        raise Conflict(f"a job with idempotency key {known[1]!r} exists already (job {known[0]}): the workflow "
+                       "was submitted before", field="idempotency_key", job_id=int(known[0]))  # fmt: skip
 
 
 class DepsIO(Protocol):

@@ -48,7 +48,7 @@ from core.store.base import (
     queue_settings_view,
     split_by_idempotency,
 )
-from core.store.deps import settle
+from core.store.deps import refuse_known_keys, settle
 from core.store.listing import JobOrder
 from core.store.notifications import PostgresNotifications
 from core.store.relay_cursors import PostgresRelayCursors
@@ -302,7 +302,13 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
     async def submit_workflow(self, name: str, jobs: Sequence[Job], deps: Sequence[Deps | None]) -> Workflow:
         """A workflow and its jobs (with their dependencies), all in one transaction."""
 
+        keys = sorted(j.idempotency_key for j in jobs if j.idempotency_key)
+
         async def op(tx: PgTx) -> Workflow:
+            if keys:  # the lock (to commit) makes a second submit with these keys wait, then see the first's jobs
+                await tx.conn.execute(deps_sql.LOCK_KEYS, keys)
+                known = await tx.conn.fetchrow(deps_sql.KNOWN_KEY, keys)
+                refuse_known_keys(None if known is None else tuple(known))
             wf = await deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
             for j in jobs:
                 j.workflow_id = wf.id

@@ -54,7 +54,7 @@ from core.store.base import (
     split_by_idempotency,
     stats_view,
 )
-from core.store.deps import run_sync, settle
+from core.store.deps import refuse_known_keys, run_sync, settle
 from core.store.listing import JobOrder, order_sql, search_sql
 from core.store.notifications import SQLiteNotifications
 from core.store.relay_cursors import SQLiteRelayCursors
@@ -532,7 +532,12 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
     async def submit_workflow(self, name: str, jobs: Sequence[Job], deps: Sequence[Deps | None]) -> Workflow:
         """A workflow and its jobs (with their dependencies), all in one transaction."""
 
+        keys = [j.idempotency_key for j in jobs if j.idempotency_key]
+
         def op(tx: Tx) -> Workflow:
+            if keys:  # one writer: nothing can insert a key between this look-up and the insert
+                q = f"SELECT id, idempotency_key FROM jobs WHERE idempotency_key IN ({', '.join('?' * len(keys))})"
+                refuse_known_keys(tx.conn.execute(q, keys).fetchone())
             wf = deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
             for j in jobs:
                 j.workflow_id = wf.id

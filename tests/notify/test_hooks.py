@@ -110,3 +110,40 @@ async def test_the_cli_adds_a_channel_sends_a_test_and_shows_the_log(deck: Deck,
     assert rc == 0 and "cli-hook" in out and receiver.url in out, out
     rc, out = await jobdeck("notify", "send", "99")
     assert rc == 1 and "no notification channel 99" in out, out
+
+
+async def test_a_hook_submits_a_workflow_whose_every_task_sees_the_body_and_a_replay_submits_nothing(
+    deck: Deck,
+) -> None:
+    flow = {"name": "release", "jobs": [{"ref": "build", "task": ECHO},
+                                        {"ref": "deploy", "task": ECHO, "depends_on": ["build"]}]}  # fmt: skip
+    cyclic = {"name": "x", "jobs": [{"ref": "a", "task": ECHO, "depends_on": ["b"]},
+                                    {"ref": "b", "task": ECHO, "depends_on": ["a"]}]}  # fmt: skip
+    bad = await deck.call("POST", "/v1/notifications/hooks", {"name": "loop", "workflow": cyclic}, 422)
+    assert "a -> b -> a" in bad["message"] or "b -> a -> b" in bad["message"], bad
+    both = await deck.call(
+        "POST", "/v1/notifications/hooks", {"name": "x", "job": {"task": ECHO}, "workflow": flow}, 422
+    )
+    assert both["field"] == "workflow", both
+    hook = await deck.call("POST", "/v1/notifications/hooks", {"name": "release", "workflow": flow}, 201)
+    assert hook["job"] is None and [j["ref"] for j in hook["workflow"]["jobs"]] == ["build", "deploy"], hook
+
+    body = b'{"tag": "v1.2"}'
+    r = await deck.http.post("/v1/hooks/release", content=body, headers=signed(hook["secret"], "rel_1", body))
+    assert r.status_code == 202, r.text
+    got = r.json()
+    assert got["job"] is None and got["workflow"]["name"] == "release" and set(got["ids"]) == {"build", "deploy"}
+    for ref in ("build", "deploy"):
+        out = await wait_until(lambda ref=ref: output(deck, got["ids"][ref]), what=f"the workflow's {ref} job to run")
+        assert out == 'rel_1|{"tag": "v1.2"}', (ref, out)
+    wf = await deck.call("GET", f"/v1/workflows/{got['workflow']['id']}", status=200)
+    assert {n["ref"]: n["parents"] for n in wf["nodes"]}["deploy"], wf["nodes"]
+
+    again = await deck.http.post("/v1/hooks/release", content=body, headers=signed(hook["secret"], "rel_1", body))
+    assert again.status_code == 409 and again.json()["field"] == "webhook-id", again.text
+    assert again.json()["job_id"] == got["ids"]["build"], again.text
+    workflows = (await deck.call("GET", "/v1/workflows", status=200))["workflows"]
+    assert len(workflows) == 1 and len(await jobs_of(deck)) == 2, "the replay stored no workflow and no job"
+
+    changed = await deck.call("PATCH", f"/v1/notifications/hooks/{hook['id']}", {"job": {"task": ECHO}}, 200)
+    assert changed["workflow"] is None and changed["job"]["task"]["command"] == ECHO["command"], changed
