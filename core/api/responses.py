@@ -549,6 +549,7 @@ class SloWindow(_Out):
     dead: int
     success_ratio: float | None
     error_budget_left: float | None = Field(description="1: untouched, 0: spent, below 0: overspent (null: no jobs)")
+    dead_allowed: float = Field(description="how many dead jobs the 99 % success objective allows in the window")
 
 
 class Slo(_Out):

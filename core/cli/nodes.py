@@ -112,7 +112,11 @@ def start_web(
     api_url: str, host: str, port: int | None, data_dir: Path, ca_file: str | None = None
 ) -> Callable[[], Awaitable[None]]:
     """Start the web dashboard beside `jobdeck up` (its own process, its output in DATA_DIR/web.log);
-    returns the hook that stops it. `ca_file`: what it trusts for an https:// core."""
+    returns the hook that stops it. `ca_file`: what it trusts for an https:// core.
+
+    The first start installs bun and copies the Reflex project (seconds of blocking work): all of it
+    runs on a thread of its own, so the node answers, runs jobs and keeps its leases meanwhile."""
+    import subprocess
     import threading
 
     from web_ui import launch  # lazy: only `jobdeck up` with the web UI needs it
@@ -122,30 +126,40 @@ def start_web(
     url = f"http://{web_host}:{port}"
     log_path = data_dir / "web.log"
     print(f"  web dashboard: building and starting on {url} (about 20 s; log: {log_path})", flush=True)
-    log = launch.open_log(log_path)
-    try:
-        proc = launch.spawn(api_url, web_host, port, log=log.fileno(), ca_file=ca_file)
-    except Exception as exc:  # the node runs without its dashboard rather than not at all
-        print(f"  web dashboard: cannot start: {exc}", flush=True)
+    started: list[subprocess.Popen[bytes]] = []
+    stopping = threading.Event()
+    lock = threading.Lock()
 
-        async def nothing() -> None:
-            return None
-
-        return nothing
-    finally:
-        log.close()  # the dashboard's process has its own copy
-
-    def announce() -> None:
+    def run() -> None:
+        log = launch.open_log(log_path)
+        try:
+            with lock:
+                if stopping.is_set():
+                    return
+                started.append(launch.spawn(api_url, web_host, port, log=log.fileno(), ca_file=ca_file))
+        except Exception as exc:  # the node runs without its dashboard rather than not at all
+            print(f"  web dashboard: cannot start: {exc}", flush=True)
+            return
+        finally:
+            log.close()  # the dashboard's process has its own copy
+        proc = started[0]
         if launch.wait_ready(proc, url):
             print(f"  web dashboard is up: {url}", flush=True)
-        elif proc.poll() is not None:
+        elif proc.poll() is not None and not stopping.is_set():
             print(f"  web dashboard exited ({proc.returncode}); the API runs on. The end of {log_path}:\n"
                   f"{launch.log_tail(log_path)}", flush=True)  # fmt: skip
 
-    threading.Thread(target=announce, name="web-ready", daemon=True).start()
+    threading.Thread(target=run, name="web-start", daemon=True).start()
+
+    def stop_now() -> None:
+        stopping.set()
+        with lock:  # a set-up under way ends first; no process is started after this
+            procs = list(started)
+        for proc in procs:
+            launch.stop(proc)
 
     async def stop() -> None:
-        await asyncio.to_thread(launch.stop, proc)
+        await asyncio.to_thread(stop_now)
 
     return stop
 

@@ -38,4 +38,5 @@ def slo_view(window: str, counts: dict[str, int]) -> dict[str, Any]:
         "dead": dead,
         "success_ratio": round(succeeded / ended, 4) if ended else None,
         "error_budget_left": round(1 - dead / allowed, 4) if allowed else None,  # 1: untouched; < 0: overspent
+        "dead_allowed": round(allowed, 2),
     }

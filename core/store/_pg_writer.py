@@ -86,6 +86,7 @@ async def migrate(conn: Conn) -> int:
                 f"the database schema is version {current} but this JobDeck knows only up to {known}: "
                 "upgrade JobDeck or use another database"
             )
+        applied: list[str] = []
         for f in files:
             version = f.version
             if version <= current:
@@ -93,8 +94,10 @@ async def migrate(conn: Conn) -> int:
             async with conn.transaction():
                 await conn.execute(f.sql)
                 await conn.execute("INSERT INTO schema_version VALUES ($1, $2)", version, time.time())
-            log.info("applied migration %s", f.name)
+            log.debug("applied migration %s", f.name)
+            applied.append(f.name)
             current = version
+        schema.report(applied, int(current))
         return current
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)

@@ -61,6 +61,7 @@ def migrate(conn: sqlite3.Connection) -> int:
             f"the database schema is version {current} but this JobDeck knows only up to {known}: "
             "upgrade JobDeck or use another data directory"
         )
+    applied: list[str] = []
     for f in files:
         version = f.version
         if version <= current:
@@ -75,8 +76,10 @@ def migrate(conn: sqlite3.Connection) -> int:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        log.info("applied migration %s", f.name)
+        log.debug("applied migration %s", f.name)
+        applied.append(f.name)
         current = version
+    schema.report(applied, int(current))
     return int(current)
 
 

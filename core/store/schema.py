@@ -7,12 +7,15 @@ the numbering is an error at start, never a store without its tables.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 
 from core.errors import Unavailable
+
+log = logging.getLogger("jobdeck.store")
 
 ENGINES = ("sqlite", "postgres")
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -71,3 +74,15 @@ def load(engine: str, where: Traversable | None = None) -> list[Migration]:
 
 def _broken(what: str) -> str:
     return f"this JobDeck installation is incomplete: {what}; reinstall JobDeck (pip install --force-reinstall jobdeck)"
+
+
+def report(applied: list[str], version: int) -> None:
+    """One log line for the migrations a start applied (each file's name is at DEBUG): a fresh store
+    says it was created, an upgraded one from which file to which; nothing when none was due."""
+    if not applied:
+        return
+    if len(applied) == 1:
+        log.info("schema: applied migration %s (version %d)", applied[0].removesuffix(".sql"), version)
+    else:
+        first, last = applied[0].removesuffix(".sql"), applied[-1].removesuffix(".sql")
+        log.info("schema: applied %d migrations, %s to %s (version %d)", len(applied), first, last, version)

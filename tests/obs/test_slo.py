@@ -51,6 +51,7 @@ async def test_slo_windows_from_the_store(tmp_path: Path) -> None:
         assert hour["success_ratio"] == 0.9
         # 1 % of 20 ended jobs may fail (0.2); 2 did: the budget is overspent ten times over
         assert hour["error_budget_left"] == round(1 - 2 / 0.2, 4)
+        assert hour["dead_allowed"] == 0.2
         assert (day["window"], day["jobs"], day["succeeded"]) == ("24h", 50, 48), day
         assert {p["percentile"]: p["jobs_within"] for p in day["pickup"]} == {50: 42, 95: 48, 99: 48}
     finally:

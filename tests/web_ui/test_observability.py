@@ -3,6 +3,7 @@ traceparent), and the Overview's SLO panel the pick-up objectives and success ov
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -28,8 +29,10 @@ def test_the_job_detail_shows_the_trace_id(open_page, web: Dashboard) -> None:  
 def test_the_overview_has_an_slo_panel(open_page, web: Dashboard, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     ids = [httpx.post(web.core.url + "/v1/jobs", json={"task": {"kind": "shell", "command": "true"}, "queue": "slo-web"})
            .json()["id"] for _ in range(5)]  # fmt: skip
+    ids.append(httpx.post(web.core.url + "/v1/jobs", json={"task": {"kind": "shell", "command": "exit 1"}, "queue": "slo-web",
+                                                             "max_attempts": 1}).json()["id"])  # fmt: skip
     deadline = time.monotonic() + 60
-    while any(httpx.get(f"{web.core.url}/v1/jobs/{i}").json()["state"] != "succeeded" for i in ids):
+    while any(httpx.get(f"{web.core.url}/v1/jobs/{i}").json()["state"] not in ("succeeded", "dead") for i in ids):
         assert time.monotonic() < deadline, "the jobs did not finish"
         time.sleep(0.2)
     page = open_page("/")
@@ -39,4 +42,7 @@ def test_the_overview_has_an_slo_panel(open_page, web: Dashboard, tmp_path: Path
     expect(table).to_contain_text("last day")
     expect(table).to_contain_text("≤ 2 s (p99: 99 %)")
     expect(table.locator("tbody tr").first).to_contain_text("%")  # a share, not "-": jobs finished in the hour
+    # the budget is a share left, or, once overspent, what was spent and allowed (never "-3233 % left")
+    budget = table.locator("tbody tr").first.locator("td").last
+    expect(budget).to_have_text(re.compile(r"^(\d+ % left|spent: [\d,]+ dead, [\d.,]+ allowed)$"))
     page.screenshot(path=str(tmp_path / "overview-slo.png"), full_page=True)

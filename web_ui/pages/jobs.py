@@ -515,7 +515,7 @@ def jobs_page() -> rx.Component:
                 size="1",
             ),
             rx.button(
-                "Next", on_click=JobsState.next_page, disabled=JobsState.next_cursor == 0, variant="soft", size="1"
+                "Next", on_click=JobsState.next_page, disabled=JobsState.next_cursor == "", variant="soft", size="1"
             ),
             spacing="2",
         ),

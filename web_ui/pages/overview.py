@@ -161,7 +161,12 @@ def slo_rows(slo: dict[str, Any]) -> list[dict[str, str]]:
             row[f"p{p['percentile']}_color"] = {True: "green", False: "red"}.get(p["met"], "gray")
         row["success"] = pct(w["success_ratio"])
         budget = w["error_budget_left"]
-        row["budget"] = "-" if budget is None else f"{100 * budget:.0f} % left"
+        if budget is None:
+            row["budget"] = "-"
+        elif budget > 0:
+            row["budget"] = f"{100 * budget:.0f} % left"
+        else:  # "-3233 % left" says nothing: name what was allowed and what was spent
+            row["budget"] = f"spent: {w['dead']:,} dead, {w.get('dead_allowed', 0):,.2f} allowed"
         row["budget_color"] = (
             "gray" if budget is None else ("green" if budget > 0.25 else "orange" if budget > 0 else "red")
         )
