@@ -25,6 +25,7 @@ log = logging.getLogger("jobdeck.store")
 Trace = Callable[[str], None]
 MAX_OPS_PER_COMMIT = 2000
 CHECKPOINT_EVERY = 0.5  # seconds
+WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes
 NEXT_JOB_ID = (
     "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
     "coalesce((SELECT max(id) FROM jobs), 0)) + 1"
@@ -42,6 +43,9 @@ def connect(path: Path, *, readonly: bool = False, trace: Trace | None = None) -
     conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA cache_size=-65536")
     conn.execute("PRAGMA temp_store=MEMORY")
+    # A WAL grown by a burst (a big batch, a bulk action) is cut back to this once a checkpoint
+    # has copied it all: without it the file keeps its largest size for good.
+    conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
     if readonly:
         conn.execute("PRAGMA query_only=1")
     return conn

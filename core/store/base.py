@@ -225,6 +225,10 @@ def like_pattern(glob: str) -> str:
     return escaped.replace("*", "%").replace("?", "_")
 
 
+# Pruning old events: rows per transaction, and the pause between two, so the writer serves
+# submits and claims between batches (docs/scale.md: maintenance never stalls the hot path).
+PRUNE_BATCH = 5_000
+PRUNE_PAUSE = 0.02  # seconds
 CHATTY_TYPES = frozenset({"job.output", "agent.status", "agent.drain"})
 
 

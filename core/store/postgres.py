@@ -36,6 +36,8 @@ from core.store._pg_writes import JobChanges, insert_jobs
 from core.store.archive import PostgresArchive
 from core.store.audit import AuditFilter
 from core.store.base import (
+    PRUNE_BATCH,
+    PRUNE_PAUSE,
     QUEUE_SETTING_COLUMNS,
     ClaimRequest,
     Decide,
@@ -770,17 +772,29 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
         return int(await self._fetchval("SELECT coalesce(min(seq), 0) FROM events"))
 
     async def prune_events(self, before: float) -> int:
-        """Delete events older than `before`; sequence numbers are never reused."""
+        """Delete events older than `before`, PRUNE_BATCH at a time in transactions of their own
+        with a pause between (one big DELETE held row locks and the WAL for seconds). Sequence
+        numbers are never reused."""
 
-        async def op(tx: PgTx) -> int:
-            c = tx.conn
+        async def bounds(c: Conn) -> tuple[int, int]:
             cut = await c.fetchval("SELECT seq FROM events WHERE ts >= $1 ORDER BY seq LIMIT 1", before)
             if cut is None:
                 cut = await c.fetchval("SELECT coalesce(max(seq), 0) + 1 FROM events")
-            status = await c.execute("DELETE FROM events WHERE seq < $1", cut)
-            return int(status.split()[-1])
+            return int(await c.fetchval("SELECT coalesce(min(seq), 0) FROM events")), int(cut)
 
-        return await self._write(op)
+        low, cut = await self._read(bounds)
+        pruned = 0
+        while low < cut:
+            high = min(low + PRUNE_BATCH, cut)
+
+            async def op(tx: PgTx, h: int = high) -> int:
+                return int((await tx.conn.execute("DELETE FROM events WHERE seq < $1", h)).split()[-1])
+
+            pruned += await self._write(op)
+            low = high
+            if low < cut:
+                await asyncio.sleep(PRUNE_PAUSE)
+        return pruned
 
     async def record_event(self, type_: str, data: dict[str, Any]) -> None:
         """Write an event that is not about one job (agents coming and going)."""

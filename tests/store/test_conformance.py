@@ -517,6 +517,28 @@ async def test_pruning_drops_old_events_and_never_reuses_a_seq(kit: StoreKit) ->
     assert await s.oldest_seq() == 3
 
 
+async def test_a_long_prune_goes_in_batches_and_writes_commit_between_them(
+    kit: StoreKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pruning many events is many small transactions: a submit made while it runs commits long
+    before it ends (one big DELETE held the writer for 7 s), and every old event goes."""
+    s = kit.store
+    monkeypatch.setattr(f"{type(s).__module__}.PRUNE_BATCH", 50)  # 1,200 events: 24 batches
+    await submit(s, *[{}] * 1200)
+    cut = utcnow() + 1
+    prune = asyncio.create_task(s.prune_events(cut))
+    while await s.oldest_seq() <= 50:  # the first batch has committed
+        await asyncio.sleep(0.005)
+    t0 = time.perf_counter()
+    await submit(s, {"name": "during"}, now=cut + 10)
+    submit_took = time.perf_counter() - t0
+    assert not prune.done(), "the prune ended before the submit made during it: nothing was shown"
+    assert await prune == 1200
+    assert submit_took < 0.5, f"a submit during the prune took {submit_took:.2f} s"
+    kept = await s.events_since(0, 10)
+    assert [(e.type, e.seq) for e in kept] == [("job.created", 1201)], f"expected only the new event, got {kept}"
+
+
 @two_nodes
 async def test_two_nodes_write_one_gap_free_stream_that_readers_see_in_order(kit: StoreKit) -> None:
     """Events committed by two nodes at once form one stream 1..N; a reader following it never

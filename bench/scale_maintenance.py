@@ -1,0 +1,140 @@
+"""The scale scenario's hot path beside maintenance, and its live feed (issue 19), measured from
+outside a real node:
+
+- a steady load (a batch of 10 no-op jobs submitted every 50 ms, run by the node's slots): the
+  longest submit and the longest gap between two claims (`job.running` events' commit times),
+  once with nothing else going on (the baseline) and once while the node prunes millions of old
+  events and archives tens of thousands of old finished jobs, which start with the node;
+- a WebSocket follower's lag (received - committed) over the events of one 10,000-job batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.report import percentile
+from bench.server import Server
+from bench.workload import NOOP_TASK, BenchClient, epoch, wait_for_state
+
+STEADY_QUEUE = "steady"
+STEADY_BATCH = 10
+STEADY_EVERY = 0.05  # seconds between two submits: 200 jobs/s
+FOLLOW_QUEUE = "follow"
+FOLLOW_BATCH = 10_000
+PRUNED = re.compile(r"pruned \d+ events")
+ARCHIVED = re.compile(r"archived \d+ finished jobs")
+
+
+@dataclass
+class Steady:
+    """What a steady load saw: submits, claims, and the samples taken beside it."""
+
+    seconds: float = 0.0
+    jobs: int = 0
+    submit_ms: list[float] = field(default_factory=list)
+    claim_gaps_ms: list[float] = field(default_factory=list)
+    wal_peak_mb: float = 0.0
+    rss_mb: float = 0.0  # the node's after the load (when measured)
+
+    @property
+    def longest_submit_ms(self) -> float:
+        return max(self.submit_ms, default=float("nan"))
+
+    @property
+    def longest_claim_gap_ms(self) -> float:
+        return max(self.claim_gaps_ms, default=float("nan"))
+
+    def note(self) -> str:
+        s = sorted(self.submit_ms)
+        return (f"{self.jobs:,} jobs in {self.seconds:.1f} s; submit p50 {percentile(s, 50):.1f} ms, "
+                f"p99 {percentile(s, 99):.1f} ms")  # fmt: skip
+
+
+def wal_mb(path: Path | None) -> float:
+    """The SQLite WAL file's size now (0 without one)."""
+    if path is None:
+        return 0.0
+    wal = path.with_name(path.name + "-wal")
+    return wal.stat().st_size / 1e6 if wal.exists() else 0.0
+
+
+def maintenance_done(srv: Server) -> bool:
+    """The node's log says both the event prune and the archive round finished."""
+    text = srv.report.log_path.read_text(errors="replace")
+    return PRUNED.search(text) is not None and ARCHIVED.search(text) is not None
+
+
+async def steady_load(
+    client: BenchClient,
+    *,
+    min_seconds: float,
+    max_seconds: float,
+    done: Callable[[], bool] = lambda: True,
+    db: Path | None = None,
+    stall: float = 60.0,
+) -> Steady:
+    """Submit STEADY_BATCH no-ops every STEADY_EVERY s for at least `min_seconds`, until `done()`
+    (at most `max_seconds`); wait until they all ran; read when each was claimed."""
+    out = Steady()
+    seq0 = (await client.health())["last_seq"]
+    t_start = time.monotonic()
+    next_at = t_start
+    while True:
+        elapsed = time.monotonic() - t_start
+        if elapsed >= max_seconds or (elapsed >= min_seconds and done()):
+            break
+        t0 = time.perf_counter()
+        await client.submit_batch([{"task": NOOP_TASK, "queue": STEADY_QUEUE}] * STEADY_BATCH)
+        out.submit_ms.append((time.perf_counter() - t0) * 1000)
+        out.jobs += STEADY_BATCH
+        out.wal_peak_mb = max(out.wal_peak_mb, wal_mb(db))
+        next_at += STEADY_EVERY
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+    out.seconds = time.monotonic() - t_start
+    done_before = 0
+    with contextlib.suppress(Exception):
+        done_before = (await client.queue_counts(STEADY_QUEUE)).get("succeeded", 0)
+    await wait_for_state(client, STEADY_QUEUE, "succeeded", max(done_before, out.jobs), poll=0.2, stall=stall)
+    claims: list[float] = []
+    since = seq0
+    while page := await client.events_page(since, types="job.running", queues=STEADY_QUEUE):
+        claims.extend(epoch(e["ts"]) for e in page)
+        since = page[-1]["seq"]
+    claims.sort()
+    out.claim_gaps_ms = [(b - a) * 1000 for a, b in itertools.pairwise(claims)]
+    return out
+
+
+async def follower_lag(client: BenchClient, n: int = FOLLOW_BATCH) -> list[float]:
+    """Lags (ms, sorted) from commit to a WebSocket follower of the `job.created` events of one
+    `n`-job batch (scheduled for tomorrow: nothing runs them). The follower is caught up first."""
+    lags: list[float] = []
+    ready = asyncio.Event()
+
+    async def follow() -> None:
+        start = (await client.health())["last_seq"]
+        async for e in client.events(since=start, queues=[FOLLOW_QUEUE], types=["job.created"], control=True):
+            if e.get("type") == "stream.caught_up":
+                ready.set()
+            elif e.get("type") == "job.created":
+                lags.append((time.time() - epoch(e["ts"])) * 1000)
+                if len(lags) >= n:
+                    return
+
+    task = asyncio.create_task(follow())
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        await client.submit_batch([{"task": NOOP_TASK, "queue": FOLLOW_QUEUE, "delay": 86_400}] * n)
+        await asyncio.wait_for(task, 60)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    return sorted(lags)
