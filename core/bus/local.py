@@ -38,6 +38,13 @@ class Subscription:
         self._buf.clear()
         return out
 
+    def take(self) -> list[Event]:
+        """Take every buffered event without waiting (empty if none or overflowed)."""
+        self._ready.clear()
+        out = list(self._buf)
+        self._buf.clear()
+        return out
+
     def reset(self) -> None:
         """Start reading live again after a catch-up from the store."""
         self._buf.clear()
