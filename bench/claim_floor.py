@@ -1,5 +1,6 @@
-"""Same-run floor of a drain: how fast SQLite itself claims and completes jobs in batches, in
-plain SQL on JobDeck's schema (every index), with no server, agent or event around it.
+"""Same-run floor of a drain: how fast the store itself claims and completes jobs in batches, in
+plain SQL on JobDeck's schema (every index and trigger), with no server, agent or event around it:
+SQLite (a file beside the nodes' data dirs) and PostgreSQL (a fresh schema of the same database).
 
 Each batch is two durable transactions (WAL, synchronous=FULL), as a drain needs at least: one
 claim (the `batch` first queued jobs in claim order -> running, with a lease) and one that
@@ -9,11 +10,14 @@ can at best approach this; its ratio to it is the figure that does not depend on
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from bench.baseline import _connect, _job_row
+from bench.baseline import NOOP_TASK, _connect, _job_row
+from core.model import Policy, build_job
 from core.store.sqlite import JOB_COLUMNS
 
 CLAIM = (
@@ -51,4 +55,58 @@ def sqlite_drain_floor(directory: Path, jobs: int, batch: int) -> float:
             done += len(ids)
         elapsed = time.perf_counter() - t
         conn.close()
+    return jobs / elapsed
+
+
+PG_CLAIM = (
+    "UPDATE jobs SET state = 'running', agent = 'floor', attempt = attempt + 1, lease_expires_at = $1, "
+    "started_at = $2 WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND queue = 'bench' "
+    "ORDER BY queue, sort_key, id LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING id"
+)
+PG_COMPLETE = (
+    "UPDATE jobs SET state = 'succeeded', finished_at = $1, lease_expires_at = NULL WHERE id = ANY($2::bigint[])"
+)
+
+
+async def pg_drain_floor(database_url: str, jobs: int, batch: int) -> float:
+    """The same floor on PostgreSQL: a fresh schema with JobDeck's migrations, `jobs` no-op rows
+    (COPY), then a claim transaction (FOR UPDATE SKIP LOCKED, as the server's) and a result one
+    per `batch` jobs, over one connection from this process (one network hop a statement)."""
+    import asyncpg
+
+    from core.store import _pg_sql as sql
+    from core.store._pg_writer import migrate
+
+    schema = f"bench_pg_drain_floor_{os.getpid()}"
+    admin = await asyncpg.connect(database_url)
+    try:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; CREATE SCHEMA "{schema}"')
+        conn: Any = await asyncpg.connect(database_url, server_settings={"search_path": schema})
+        try:
+            await migrate(conn)
+            now = time.time()
+            rows = []
+            for i in range(1, jobs + 1):
+                job = build_job({"task": NOOP_TASK, "queue": "bench"}, now + i * 1e-6, Policy())
+                job.id = i
+                rows.append(sql.job_row(job))
+            await conn.execute(sql.INSERT_QUEUES, ["bench"], now)
+            await conn.copy_records_to_table("jobs", records=rows, columns=sql.JOB_COLUMNS)
+            await conn.execute("ANALYZE jobs")
+            done = 0
+            t = time.perf_counter()
+            while done < jobs:
+                async with conn.transaction():
+                    ids = [r[0] for r in await conn.fetch(PG_CLAIM, time.time() + 30, time.time(), batch)]
+                if not ids:
+                    raise RuntimeError(f"the floor's claim found no queued job after {done} of {jobs}")
+                async with conn.transaction():
+                    await conn.execute(PG_COMPLETE, time.time(), ids)
+                done += len(ids)
+            elapsed = time.perf_counter() - t
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await admin.close()
     return jobs / elapsed
