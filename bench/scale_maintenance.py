@@ -112,10 +112,34 @@ async def steady_load(
     return out
 
 
-async def follower_lag(client: BenchClient, n: int = FOLLOW_BATCH) -> list[float]:
-    """Lags (ms, sorted) from commit to a WebSocket follower of the `job.created` events of one
-    `n`-job batch (scheduled for tomorrow: nothing runs them). The follower is caught up first."""
-    lags: list[float] = []
+@dataclass
+class Follow:
+    """One batch seen by a follower: lags (ms, sorted) from the event's time (its transaction's
+    start: the 10,000 inserts are in it) and from the transaction's end (its commit)."""
+
+    from_ts: list[float]
+    from_commit: list[float]
+    tx_ms: float  # the store transactions' time during the batch (the node's commit histogram)
+    commits: int
+
+
+def _commit_seconds(metrics: str) -> tuple[float, int]:
+    """(sum, count) of the node's store commit histogram, from its /metrics text."""
+    total, count = 0.0, 0
+    for line in metrics.splitlines():
+        if line.startswith("jobdeck_store_commit_seconds_sum"):
+            total = float(line.split()[-1])
+        elif line.startswith("jobdeck_store_commit_seconds_count"):
+            count = int(float(line.split()[-1]))
+    return total, count
+
+
+async def follower_lag(client: BenchClient, n: int = FOLLOW_BATCH) -> Follow:
+    """A WebSocket follower (core.client: `frames=lines`) of the `job.created` events of one `n`-job
+    batch (scheduled for tomorrow: nothing runs them), caught up before the batch is sent. An
+    event's `ts` is its transaction's start; the commit is `ts` + the transaction's time, read from
+    the node's store-commit histogram (the batch's commit and whatever few others ran beside it)."""
+    arrived: list[tuple[float, float]] = []
     ready = asyncio.Event()
 
     async def follow() -> None:
@@ -124,17 +148,25 @@ async def follower_lag(client: BenchClient, n: int = FOLLOW_BATCH) -> list[float
             if e.get("type") == "stream.caught_up":
                 ready.set()
             elif e.get("type") == "job.created":
-                lags.append((time.time() - epoch(e["ts"])) * 1000)
-                if len(lags) >= n:
+                arrived.append((time.time(), epoch(e["ts"])))
+                if len(arrived) >= n:
                     return
 
     task = asyncio.create_task(follow())
     try:
         await asyncio.wait_for(ready.wait(), 30)
+        sum0, count0 = _commit_seconds(await client.metrics_text())
         await client.submit_batch([{"task": NOOP_TASK, "queue": FOLLOW_QUEUE, "delay": 86_400}] * n)
         await asyncio.wait_for(task, 60)
+        sum1, count1 = _commit_seconds(await client.metrics_text())
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-    return sorted(lags)
+    tx = sum1 - sum0
+    return Follow(
+        sorted((a - t) * 1000 for a, t in arrived),
+        sorted((a - t - tx) * 1000 for a, t in arrived),
+        tx * 1000,
+        count1 - count0,
+    )

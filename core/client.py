@@ -492,6 +492,7 @@ class JobDeckClient:
                 "queues": ",".join(queues),
                 "job_ids": ",".join(map(str, job_ids)),
                 "types": ",".join(types),
+                "frames": "lines",  # up to 1,000 events a message, one per line (one each from an older core)
             }
             try:
                 async with websockets.connect(
@@ -503,23 +504,25 @@ class JobDeckClient:
                 ) as ws:
                     delay = 0.2
                     connected = True
-                    async for raw in ws:
-                        event = orjson.loads(raw)
-                        if event.get("seq") is not None:
-                            last = event["seq"]
-                        elif event.get("type") == "stream.caught_up":
-                            last = event.get("last_seq", last)
-                            if until_caught_up:
-                                return
-                            if not control:
+                    async for frame in ws:
+                        text = frame.decode() if isinstance(frame, bytes) else frame
+                        for raw in text.split("\n"):
+                            event = orjson.loads(raw)
+                            if event.get("seq") is not None:
+                                last = event["seq"]
+                            elif event.get("type") == "stream.caught_up":
+                                last = event.get("last_seq", last)
+                                if until_caught_up:
+                                    return
+                                if not control:
+                                    continue
+                            elif event.get("type") == "stream.error":  # refused: bad filter, or not allowed
+                                raise error_from_dict(int(event.get("status") or 400), event)
+                            elif str(event.get("type", "")).startswith("stream.") and not control:
                                 continue
-                        elif event.get("type") == "stream.error":  # refused: bad filter, or not allowed
-                            raise error_from_dict(int(event.get("status") or 400), event)
-                        elif str(event.get("type", "")).startswith("stream.") and not control:
-                            continue
-                        yield event
-                        if stop_when is not None and stop_when(event):
-                            return
+                            yield event
+                            if stop_when is not None and stop_when(event):
+                                return
             except (OSError, websockets.WebSocketException) as exc:
                 if not connected:  # never reached: a wrong URL, not a blip
                     raise self._unreachable(exc, "JobDeck's event feed") from None

@@ -49,12 +49,15 @@ WEBSOCKETS = """
 ## WebSockets
 
 Both take the same sign-in as the REST routes (an `Authorization: Bearer` header or the session cookie).
-Every message is one JSON object in a text (or binary) frame.
+Every message is one JSON object in a text (or binary) frame, but for the feed's `lines` frames below.
 
 ### `GET /v1/events` (WebSocket): the live feed
 
 Query parameters: `since` (resume after this sequence number; absent: from now), `queues`, `job_ids`,
-`types` (comma-separated lists; `job.*` style prefixes are not expanded: list the types).
+`types` (comma-separated lists; `job.*` style prefixes are not expanded: list the types), and
+`frames` (`one`, the default: one event per message; `lines`: a message carries up to 1,000 events,
+one JSON object per line, in order; a follower of busy queues receives a 10,000-job batch as 10
+messages instead of 10,000, which is most of the feed's lag).
 The server sends every stored event after `since` that passes the filter (schema `Event`), then
 `{"type": "stream.caught_up", "seq": null, "last_seq": N}`, then live events as they commit. It may
 send `stream.gap` (events after `since` were pruned, from `oldest` on they are complete) and

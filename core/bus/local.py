@@ -45,6 +45,10 @@ class Subscription:
         self._buf.clear()
         return out
 
+    def wake(self) -> None:
+        """Make a pending get() return (with whatever is buffered, maybe nothing)."""
+        self._ready.set()
+
     def reset(self) -> None:
         """Start reading live again after a catch-up from the store."""
         self._buf.clear()

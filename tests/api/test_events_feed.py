@@ -72,3 +72,23 @@ async def test_bad_filter_is_refused_with_a_message(running: RunningNode) -> Non
     async with websockets.connect(url) as ws:
         msg = orjson.loads(await asyncio.wait_for(ws.recv(), 5))
     assert msg["type"] == "stream.error" and "job_ids" in msg["message"]
+
+
+async def test_lines_frames_carry_a_batch_in_a_few_messages_in_order(running: RunningNode) -> None:
+    """`frames=lines`: up to 1,000 events a message, one per line; 2,500 jobs arrive as 3 messages,
+    every event once and in seq order (one event a message made a 10,000-job batch 10,000 sends)."""
+    c = running.client
+    url = running.url.replace("http", "ws") + "/v1/events?queues=lines&types=job.created&frames=lines"
+    async with asyncio.timeout(30), websockets.connect(url) as ws:
+        assert orjson.loads(await ws.recv())["type"] == "stream.caught_up"
+        made = await c.submit_batch([{"task": NOOP, "queue": "lines", "delay": 3600}] * 2500)
+        frames: list[list[dict[str, Any]]] = []
+        while sum(map(len, frames)) < 2500:
+            frames.append([orjson.loads(line) for line in str(await ws.recv()).split("\n")])
+    assert [len(f) for f in frames] == [1000, 1000, 500], [len(f) for f in frames]
+    events = [e for f in frames for e in f]
+    assert [e["job_id"] for e in events] == made["ids"], "each job's event once, in the batch's order"
+    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+    # core.client asks for lines and yields the same events one by one
+    again = [e async for e in take(c.events(since=events[0]["seq"] - 1, queues=["lines"], until_caught_up=True), 3000)]
+    assert [e["seq"] for e in again] == [e["seq"] for e in events]

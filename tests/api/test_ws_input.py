@@ -28,7 +28,7 @@ def ws_url(running: RunningNode, path: str) -> str:
     ("query", "field"),
     [(f"since={ID_MAX + 1}", "since"), ("since=" + "9" * 5000, "since"), ("since=-1", "since"), ("since=abc", "since"),
      ("since=%D9%A1", "since"), (f"job_ids=1,{2**64}", "job_ids"), ("job_ids=x", "job_ids"),
-     ("queues=a%00b", "queues")],
+     ("queues=a%00b", "queues"), ("frames=batch", "frames"), ("frames=%00", "frames")],
 )  # fmt: skip
 async def test_a_bad_query_is_refused_with_a_reason(running: RunningNode, query: str, field: str) -> None:
     async with asyncio.timeout(10), websockets.connect(ws_url(running, f"/v1/events?{query}")) as ws:
