@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import gc
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -25,7 +26,7 @@ from console_tui.screens.main import MainScreen
 from console_tui.throughput import Throughput
 from console_tui.widgets.header import VIEWS, ConsoleHeader
 from core.auth.credentials import token_for
-from core.client import JobDeckClient
+from core.client import JobDeckClient, first_sight
 from core.errors import JobDeckError, Unauthorized
 
 FLUSH_SECONDS = 0.05  # live events are applied in batches this often: well inside the 250 ms promise
@@ -70,6 +71,7 @@ class ConsoleApp(App[int]):
         self._reload_wanted: set[View] = set()
         self.on_batch: Callable[[list[dict[str, Any]]], None] | None = None  # the benchmark listens here
         self.alert: tuple[float, dict[str, Any]] | None = None  # the latest notify.alert: (when seen, event)
+        self._alerts_seen: deque[str] = deque(maxlen=256)  # alert ids shown: a repeated one is not shown again
 
     # -- start, stop
 
@@ -124,7 +126,7 @@ class ConsoleApp(App[int]):
         if events:
             for e in events:
                 self.throughput.add(str(e.get("type")), e.get("queue"), epoch(e.get("ts")))
-                if e.get("type") == "notify.alert":
+                if e.get("type") == "notify.alert" and first_sight(self._alerts_seen, (e.get("data") or {}).get("id")):
                     self.alert = (self.fmt.clock(), e)
             if main is not None:
                 for view in main.views:

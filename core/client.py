@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, ParamSpec, Protocol
 
@@ -73,6 +74,17 @@ def relay_lag_text(name: str, lag: Json) -> str:
     if lag.get("holder") is None:
         text += ", no node relays"
     return f"{label} relay: {text}"
+
+
+def first_sight(seen: deque[str], alert_id: Any) -> bool:
+    """Whether a notify.alert with this id is new to a front end (remembered in `seen`, a bounded
+    deque): the feed is at least once, so an alert may come twice; one without an id always shows."""
+    if not isinstance(alert_id, str):
+        return True
+    if alert_id in seen:
+        return False
+    seen.append(alert_id)
+    return True
 
 
 def workflow_layers(nodes: Sequence[Json]) -> list[list[Json]]:

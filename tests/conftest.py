@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -273,3 +273,29 @@ async def fire_times(client: JobDeckClient, schedule_id: int) -> list[float]:
         cursor = page["next_cursor"]
         if cursor is None:
             return out
+
+
+@dataclass
+class Mailbox:
+    """What the SMTP server received."""
+
+    messages: list[Any] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # aiosmtpd's handler hook
+        self.messages.append(envelope)
+        return "250 Message accepted for delivery"
+
+
+@pytest.fixture
+def smtp_server() -> Iterator[tuple[str, int, Mailbox]]:
+    """A real SMTP server (aiosmtpd, its own thread) on a loopback port."""
+    from aiosmtpd.controller import Controller
+
+    box = Mailbox()
+    port = free_port()
+    ctl = Controller(box, hostname="127.0.0.1", port=port)
+    ctl.start()
+    try:
+        yield "127.0.0.1", port, box
+    finally:
+        ctl.stop()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from core.client import JobDeckClient
+from core.client import JobDeckClient, first_sight
 from core.errors import Forbidden, JobDeckError, NotFound, Unauthorized
 from web_ui.settings import ca_file, core_server, service_token
 
@@ -83,6 +83,7 @@ class Hub:
         self._stats_dirty = True
         self.app: Any = None  # the rx.App, to know which browser sessions are still connected
         self.alert: tuple[float, str, str] | None = None  # the latest notify.alert: (time, title, kind)
+        self._alerts_seen: deque[str] = deque(maxlen=256)  # alert ids shown: a repeated one is not shown again
 
     # -- what the sessions' live loops use
 
@@ -135,7 +136,8 @@ class Hub:
             bucket.latencies.append(max(0.0, ts - _ts(job["run_at"])))
         if etype == "notify.alert" and live:
             data = event.get("data") or {}
-            self.alert = (time.time(), str(data.get("title") or ""), str(data.get("kind") or "alert"))
+            if first_sight(self._alerts_seen, data.get("id")):
+                self.alert = (time.time(), str(data.get("title") or ""), str(data.get("kind") or "alert"))
         if live:
             self.changes.append(Change(self.version + 1, etype, event.get("job_id"), event.get("queue")))
             if etype.startswith(("job.", "queue.")):

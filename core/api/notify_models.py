@@ -209,7 +209,14 @@ class SuccessRatio(_Strict):
     min_jobs: Annotated[int, Field(ge=1, le=1_000_000, strict=True), BeforeValidator(whole)] = 10
 
 
-Condition = Annotated[EveryMatch | FailedTimes | CountOver | QueueDepth | NoAgent | SuccessRatio,
+class PausedItself(_Strict):
+    """A schedule paused itself (its dead runs in a row reached its pause_after): its schedule.paused
+    event names the reason. A person pausing a schedule does not alert."""
+
+    kind: Literal["paused_itself"]
+
+
+Condition = Annotated[EveryMatch | FailedTimes | CountOver | QueueDepth | NoAgent | SuccessRatio | PausedItself,
                       Field(discriminator="kind")]  # fmt: skip
 # Conditions that need no `events` (their events are implied, or they watch the queues, not events).
 IMPLIED_EVENTS: dict[str, list[str]] = {
@@ -217,6 +224,7 @@ IMPLIED_EVENTS: dict[str, list[str]] = {
     "success_ratio": ["job.succeeded", "job.failed", "job.dead"],
     "queue_depth": [],
     "no_agent": [],
+    "paused_itself": ["schedule.paused"],
 }
 _EVENTS_OR_IMPLIED: dict[str, Any] = {"anyOf": [
     {"required": ["events"], "properties": {"events": {"type": "array"}}},

@@ -5,7 +5,9 @@
 - `count` {above, minutes}: more than `above` matching events within `minutes` (dead jobs over N in T);
 - `queue_depth` {above, for_seconds}: a queue with more than `above` jobs waiting for `for_seconds`;
 - `no_agent` {for_seconds}: a queue with waiting jobs and no connected agent serving it for that long;
-- `success_ratio` {below, minutes, min_jobs}: succeeded / finished over `minutes` under `below`.
+- `success_ratio` {below, minutes, min_jobs}: succeeded / finished over `minutes` under `below`;
+- `paused_itself`: a schedule paused itself (N dead runs in a row: its `schedule.paused` event
+  carries the reason; a person's pause carries none and does not alert).
 
 The last four are levels: they alert once when the condition starts to hold and send a resolve
 notice when it clears. Every alert passes the rule's suppression window (core/notify/rules.py):
@@ -20,7 +22,7 @@ from typing import Any
 
 from core.notify.rules import SEVERITY, Alert, RuleState, Window, close_window, describe, job_of, matches
 
-CONDITIONS = ("every", "failed_times", "count", "queue_depth", "no_agent", "success_ratio")
+CONDITIONS = ("every", "failed_times", "count", "queue_depth", "no_agent", "success_ratio", "paused_itself")
 LEVELS = frozenset({"count", "queue_depth", "no_agent", "success_ratio"})
 NEEDS_FACTS = frozenset({"queue_depth", "no_agent"})
 OK_EVENTS = frozenset({"job.succeeded"})
@@ -63,6 +65,14 @@ def on_event(rule: dict[str, Any], state: RuleState, event: dict[str, Any], now:
         title, text = describe(event)
         return raise_alert(rule, state, now, title, text, SEVERITY.get(event.get("type", ""), "info"),
                            f"e{event.get('seq')}", event)  # fmt: skip
+    if kind == "paused_itself":
+        data = event.get("data") or {}
+        if event.get("type") != "schedule.paused" or not data.get("reason"):
+            return []
+        sched = data.get("schedule") or {}
+        title = f"schedule {sched.get('id')} {sched.get('name')!s} paused itself"
+        text = f"{data['reason']} (POST /v1/schedules/{sched.get('id')}/resume)"
+        return raise_alert(rule, state, now, title, text, "critical", f"e{event.get('seq')}", event)
     if kind == "count":
         times: list[float] = state.extra.setdefault("times", [])
         times.append(now)

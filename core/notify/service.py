@@ -4,7 +4,9 @@ and the dispatcher that sends what they write.
 The sink runs on the node holding the relay's "notify" lease (core/relay/), so rules see every
 event once per round, in seq order, and their state (suppression windows) has one owner. It writes
 deliveries and a `notify.alert` event per alert in one transaction, then acknowledges the round:
-a crash repeats a round, and deterministic message ids make the repeat write nothing new.
+a crash repeats a round, and deterministic message and alert ids make the repeat write nothing new
+(neither deliveries nor, for an alert that has any, its event; front ends also ignore an alert id
+they have shown).
 """
 
 from __future__ import annotations
@@ -190,12 +192,13 @@ class NotifySink:
                        if c["enabled"] and (cid in a.channels if a.channels else cid not in a.exclude)]  # fmt: skip
             rule = None if a.rule_id is None else {"id": a.rule_id, "name": a.rule_name}
             data = {"title": a.title, "text": a.text, "severity": a.severity, "rule": rule, "event": a.event}
+            alert_id = f"alert_{a.rule_id or 0}_{a.key}"  # the same in a repeated round: the store skips it
             for c in targets:
-                items.append({"channel_id": c["id"], "rule_id": a.rule_id, "kind": a.kind,
+                items.append({"channel_id": c["id"], "rule_id": a.rule_id, "kind": a.kind, "alert_id": alert_id,
                               "message_id": f"msg_{a.rule_id or 0}_{a.key}_{c['id']}",
                               "payload": payload(a.kind, now, {**data, "channel": c["name"]}),
                               "max_attempts": max_attempts_of(c)})  # fmt: skip
-            emits.append(Emit("notify.alert", {"kind": a.kind, "title": a.title, "text": a.text,
+            emits.append(Emit("notify.alert", {"id": alert_id, "kind": a.kind, "title": a.title, "text": a.text,
                                                "severity": a.severity, "rule": rule,
                                                "channels": [c["name"] for c in targets]}, queue=a.queue))  # fmt: skip
         states = {rid: R.state_to_dict(self.states[rid]) for rid in changed if rid in self.states}

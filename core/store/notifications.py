@@ -150,8 +150,11 @@ def _list_channels() -> Op:
 def _add_deliveries(now: float, items: Sequence[dict[str, Any]], claim_until: float,
                     events: Sequence[Emit]) -> Op:  # fmt: skip
     """Insert deliveries (a repeated message_id is skipped: the relay repeats rounds), claimed for
-    the caller until `claim_until` (0: for any dispatcher), and the events that go with them."""
+    the caller until `claim_until` (0: for any dispatcher), and the events that go with them. A
+    `notify.alert` event whose deliveries (items with its `alert_id`) were all stored before is
+    left out too: a repeated round shows no alert twice."""
     out = []
+    fresh: set[str] = set()
     for it in items:
         row = yield Stmt(
             "INSERT INTO notify_deliveries (channel_id, rule_id, kind, message_id, payload, status, max_attempts, "
@@ -163,7 +166,12 @@ def _add_deliveries(now: float, items: Sequence[dict[str, Any]], claim_until: fl
         )  # fmt: skip
         if row is not None:
             out.append(_delivery(row))
-    yield from events
+            fresh.add(str(it.get("alert_id")))
+    sent = {str(it.get("alert_id")) for it in items if it.get("alert_id")}
+    for e in events:
+        alert_id = e.data.get("id") if e.type == "notify.alert" else None
+        if alert_id is None or alert_id not in sent or alert_id in fresh:
+            yield e
     return out
 
 

@@ -11,7 +11,7 @@ id ranges, NUL, JSON depth, states) is in the schema itself.
 - GET /v1/jobs's `cursor` is the `next_cursor` of a page (opaque): positive cases go without one;
 - `depends_on` of a job submit names jobs that exist (a made-up id is a 422): positive cases go without;
 - a workflow's refs are unique and its `depends_on` names other refs of it, with no cycle: positive
-  cases get refs j0, j1, ... and each job depends on earlier ones only.
+  cases get refs j0, j1, ... and each job depends on earlier ones only (a hook's workflow template too).
 - a schedule's `jitter` is shorter than the time between two of its fire times, and its exclusions
   leave it some fire time: positive cases get no jitter and no exclude_cron;
 - a backfill's range is in the past, from <= to, with at most 10,000 fire times: positive cases
@@ -53,6 +53,10 @@ def map_case(ctx: schemathesis.HookContext, case: schemathesis.Case) -> schemath
                                  for j in case.body["jobs"]]  # fmt: skip
         elif case.path == "/v1/workflows" and isinstance(case.body.get("jobs"), list):
             case.body["jobs"] = _acyclic(case.body["jobs"])
+        elif case.path.startswith("/v1/notifications/hooks") and isinstance(case.body.get("workflow"), dict):
+            wf = case.body["workflow"]  # a hook's workflow template: the same graph rules
+            if isinstance(wf.get("jobs"), list):
+                case.body["workflow"] = {**wf, "jobs": _acyclic(wf["jobs"])}
         if schedule_write:
             case.body = {**case.body, **{k: v for k, v in (("jitter", 0), ("exclude_cron", "")) if k in case.body}}
         if case.path.endswith("/backfill"):
@@ -78,7 +82,7 @@ def _mapped(values: dict[str, Any], *, future_at: bool) -> dict[str, Any]:
                 out[key] = (datetime.now(UTC) + timedelta(days=1)).isoformat()
             elif when == datetime.min.replace(tzinfo=UTC):
                 out[key] = "2001-02-03T04:05:06Z"
-        elif isinstance(value, dict) and key == "job":
+        elif isinstance(value, dict) and key in ("job", "workflow"):
             out[key] = _mapped(value, future_at=False)
         elif isinstance(value, list) and key == "jobs":
             out[key] = [_mapped(v, future_at=False) if isinstance(v, dict) else v for v in value]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,32 +109,6 @@ async def receiver() -> AsyncIterator[Receiver]:
         yield r
     finally:
         await r.stop()
-
-
-@dataclass
-class Mailbox:
-    """What the SMTP server received."""
-
-    messages: list[Any] = field(default_factory=list)
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # aiosmtpd's handler hook
-        self.messages.append(envelope)
-        return "250 Message accepted for delivery"
-
-
-@pytest.fixture
-def smtp_server() -> Iterator[tuple[str, int, Mailbox]]:
-    """A real SMTP server (aiosmtpd, its own thread) on a loopback port."""
-    from aiosmtpd.controller import Controller
-
-    box = Mailbox()
-    port = free_port()
-    ctl = Controller(box, hostname="127.0.0.1", port=port)
-    ctl.start()
-    try:
-        yield "127.0.0.1", port, box
-    finally:
-        ctl.stop()
 
 
 @dataclass

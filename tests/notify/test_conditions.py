@@ -138,3 +138,15 @@ def test_a_level_that_begins_after_its_first_look_is_saved_firing() -> None:
     [a] = on_tick(r, s, facts(3), 5.0)
     assert a.kind == "alert" and orjson.dumps(state_to_dict(s)) != before
     assert state_to_dict(s)["levels"]["q:payments"]["firing"] is True
+
+
+def test_a_schedule_that_paused_itself_alerts_and_one_a_person_paused_does_not() -> None:
+    r, s = rule({"kind": "paused_itself"}, events=("schedule.paused",)), RuleState()
+    sched = {"id": 4, "name": "nightly-export", "queue": "payments"}
+    by_hand = {"seq": 1, "type": "schedule.paused", "queue": "payments", "data": {"schedule": sched}}
+    assert on_event(r, s, by_hand, 1000.0) == [], "a person's pause carries no reason"
+    itself = {"seq": 2, "type": "schedule.paused", "queue": "payments",
+              "data": {"schedule": sched, "reason": "paused after 3 consecutive failed runs", "failures": 3}}  # fmt: skip
+    [a] = on_event(r, s, itself, 1001.0)
+    assert a.title == "schedule 4 nightly-export paused itself" and "3 consecutive failed runs" in a.text, a
+    assert a.severity == "critical" and a.queue == "payments"

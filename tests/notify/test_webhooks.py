@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
+
 from tests.notify.conftest import Deck, Receiver, open_deck, wait_until
 
 
@@ -184,3 +186,47 @@ async def test_a_queue_depth_rule_alerts_and_sends_a_resolve_notice(deck: Deck, 
     await deck.call("POST", "/v1/queues/reports/resume", status=200)
     [done] = await receiver.wait_for(1, timeout=30, what=lambda r: r.payload["type"] == "jobdeck.resolved")
     assert done.verified and done.payload["data"]["title"] == f"resolved: {alert.payload['data']['title']}"
+
+
+async def test_a_relay_round_repeated_after_a_crash_sends_and_shows_no_alert_twice(
+    deck: Deck, receiver: Receiver
+) -> None:
+    ch = await make_webhook(deck, receiver)
+    await deck.call("POST", "/v1/notifications/rules", {"name": "dead-once", "events": ["job.dead"],
+                                                        "channels": [ch["id"]], "window_seconds": 0}, 201)  # fmt: skip
+    job = await deck.call("POST", "/v1/jobs", {"max_attempts": 1, "task": {"kind": "shell", "command": "exit 1"}}, 201)
+    [got] = await receiver.wait_for(1)
+    assert got.payload["type"] == "jobdeck.alert" and got.verified
+
+    store = deck.node.store
+    events = await store.events_since(0, 10_000)
+    dead = [e for e in events if e.type == "job.dead" and e.job_id == job["id"]]
+    alerts = [orjson.loads(e.body)["data"] for e in events if e.type == "notify.alert"]
+    assert len(dead) == 1 and len(alerts) == 1 and alerts[0]["id"].startswith("alert_"), alerts
+    # the relay repeats a round whose cursor was not moved (the node died after the commit)
+    await deck.node.notifier.sink.deliver(dead)
+    after = [e for e in await store.events_since(0, 10_000) if e.type == "notify.alert"]
+    assert len(after) == 1, f"the repeated round wrote the alert event again: {[e.body for e in after]}"
+    notes = (await deck.call("GET", "/v1/notifications", status=200))["notifications"]
+    assert [n["kind"] for n in notes] == ["alert"], f"one delivery, not two: {notes}"
+
+
+async def test_a_schedule_that_pauses_itself_alerts_once_and_resuming_and_pausing_by_hand_does_not(
+    deck: Deck, receiver: Receiver
+) -> None:
+    ch = await make_webhook(deck, receiver)
+    await deck.call("POST", "/v1/notifications/rules", {"name": "self-paused", "condition": {"kind": "paused_itself"},
+                                                        "channels": [ch["id"]], "window_seconds": 0}, 201)  # fmt: skip
+    s = await deck.call("POST", "/v1/schedules", {"name": "flaky-export", "interval": 1, "pause_after_failures": 1,
+                                                  "job": {"max_attempts": 1, "task": {"kind": "shell",
+                                                                                      "command": "exit 3"}}}, 201)  # fmt: skip
+    [got] = await receiver.wait_for(1, timeout=30)
+    assert got.verified and got.payload["data"]["title"] == f"schedule {s['id']} flaky-export paused itself", (
+        got.payload
+    )
+    assert "consecutive failed runs" in got.payload["data"]["text"], got.payload
+    await deck.call("POST", f"/v1/schedules/{s['id']}/resume", status=200)
+    await deck.call("POST", f"/v1/schedules/{s['id']}/pause", status=200)
+    sent = await deck.call("POST", "/v1/notifications", {"channel_id": ch["id"], "title": "marker"}, 202)
+    got = await receiver.wait_for(2)
+    assert got[1].headers["webhook-id"] == sent["message_id"], "the pause by hand alerted before the marker"

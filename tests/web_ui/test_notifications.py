@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from tests.conftest import Mailbox
 from tests.web_ui.conftest import Dashboard
 from tests.web_ui.test_dashboard import api
 
@@ -64,7 +66,7 @@ def test_channels_send_test_the_delivery_log_and_a_live_alert_banner(
     expect(page.locator("#nav-notifications")).to_be_visible()
     page.fill("#new-channel-name", "web-hook")
     page.fill("#new-channel-url", url)
-    page.click("#add-webhook")
+    page.click("#add-channel")
     secret = page.locator("#new-secret")
     expect(secret).to_contain_text("whsec_")
     seen.secret = secret.inner_text().strip()
@@ -93,3 +95,71 @@ def test_channels_send_test_the_delivery_log_and_a_live_alert_banner(
 
     page.get_by_role("button", name="Dismiss").click()
     expect(banner).to_have_count(0)
+
+
+def _wait_for_mail(box: Mailbox, text: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for m in list(box.messages):
+            body = m.content.decode(errors="replace")
+            if text in body:
+                return body
+        time.sleep(0.1)
+    subjects = [m.content.decode(errors="replace").split("Subject:", 1)[-1].split("\n", 1)[0] for m in box.messages]
+    raise AssertionError(f"no mail with {text!r} within {timeout} s; got subjects {subjects}")
+
+
+def test_an_email_channel_and_a_condition_rule_made_on_the_page_mail_an_alert(
+    open_page: OpenPage, web: Dashboard, smtp_server: tuple[str, int, Mailbox]
+) -> None:
+    host, port, box = smtp_server
+    page = open_page("/notifications")
+    page.locator("#new-channel-kind").click()
+    page.get_by_role("option", name="email").click()
+    expect(page.locator("#new-channel-url")).to_have_count(0)
+    page.fill("#new-channel-name", "web-mail")
+    page.fill("#new-channel-host", host)
+    page.fill("#new-channel-port", str(port))
+    page.locator("#new-channel-security").click()
+    page.get_by_role("option", name="none").click()
+    page.fill("#new-channel-sender", "jobdeck@example.com")
+    page.fill("#new-channel-to", "oncall@example.com, lead@example.com")
+    page.click("#add-channel")
+    row = page.locator("#channel-row-web-mail")
+    expect(row).to_contain_text("oncall@example.com, lead@example.com")
+    expect(row).to_contain_text("email")
+    row.locator(".send-test").click()
+    test_mail = _wait_for_mail(box, "Test notification from JobDeck")
+    assert "To: oncall@example.com, lead@example.com" in test_mail, test_mail[:400]
+
+    page.locator("#rule-condition").click()
+    page.get_by_role("option", name="more than N events in T minutes").click()
+    page.fill("#rule-name", "web-dead-burst")
+    page.fill("#rule-above", "one")
+    page.fill("#rule-minutes", "5")
+    page.fill("#rule-events", "job.dead")
+    page.fill("#rule-queue", "w-mail")
+    page.fill("#rule-channels", "web-mail")
+    page.fill("#rule-window", "0")
+    page.click("#add-rule")
+    expect(page.get_by_text("condition.above: a whole number, not 'one'")).to_be_visible()
+    expect(page.locator("#rule-row-web-dead-burst")).to_have_count(0)
+    page.fill("#rule-above", "1")
+    page.click("#add-rule")
+    rule = page.locator("#rule-row-web-dead-burst")
+    expect(rule).to_contain_text("count (above 1, minutes 5)")
+    expect(rule).to_contain_text("web-mail")
+
+    page.locator("#rule-condition").click()
+    page.get_by_role("option", name="no agent for a queue for T s").click()
+    expect(page.locator("#rule-events")).to_have_count(0)  # implied: the condition watches the queues
+    expect(page.locator("#rule-for-seconds")).to_be_visible()
+
+    for n in (1, 2):
+        api(web, "submit", {"name": f"burst-{n}", "queue": "w-mail", "max_attempts": 1,
+                            "task": {"kind": "shell", "command": "exit 3"}})  # fmt: skip
+    alert = _wait_for_mail(box, "web-dead-burst")
+    assert "Subject: [JobDeck]" in alert, alert[:400]
+    log = page.locator("#deliveries-table")
+    expect(log.locator("tr", has_text="web-mail").first).to_contain_text("delivered", timeout=30_000)
+    page.screenshot(path=str(web.log.parent / "notifications-email.png"), full_page=True)

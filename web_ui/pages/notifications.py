@@ -1,4 +1,5 @@
-"""Notifications (admins): channels with "send test", alert rules, and the delivery log with replay."""
+"""Notifications (admins): channels (webhook or email) with "send test", alert rules with any
+condition, and the delivery log with replay."""
 
 from __future__ import annotations
 
@@ -10,12 +11,24 @@ from core.errors import JobDeckError
 from web_ui.format import clock
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
+from web_ui.pages.notify_specs import (
+    CHANNEL_KINDS,
+    CONDITION_FIELDS,
+    CONDITIONS,
+    IMPLIED,
+    SECURITY,
+    channel_spec,
+    rule_spec,
+)
 from web_ui.state import AppState, page_state, set_editable
+
+_CHANNEL_FORM = ("name", "url", "host", "port", "security", "username", "password", "sender", "to")
+_RULE_FORM = ("name", "events", "condition", "queue", "channels", "window", *CONDITION_FIELDS)
 
 
 @page_state(
     "/notifications",
-    editable=("new_name", "new_url", "rule_name", "rule_events", "rule_queue", "rule_channels", "rule_window"),
+    editable=("new_kind", *(f"new_{f}" for f in _CHANNEL_FORM), *(f"rule_{f}" for f in _RULE_FORM)),
 )
 class NotificationsState(AppState):
     """The Notifications page."""
@@ -27,11 +40,26 @@ class NotificationsState(AppState):
     rules: list[dict[str, str]] = []
     deliveries: list[dict[str, str]] = []
     note: str = ""
+    new_kind: str = "webhook"
     new_name: str = ""
     new_url: str = ""
+    new_host: str = ""
+    new_port: str = "587"
+    new_security: str = "starttls"
+    new_username: str = ""
+    new_password: str = ""
+    new_sender: str = ""
+    new_to: str = ""
     new_secret: str = ""
     rule_name: str = ""
     rule_events: str = "job.dead"
+    rule_condition: str = "every"
+    rule_times: str = "3"
+    rule_above: str = "100"
+    rule_minutes: str = "5"
+    rule_for_seconds: str = "60"
+    rule_below: str = "0.9"
+    rule_min_jobs: str = "10"
     rule_queue: str = ""
     rule_channels: str = ""
     rule_window: str = "300"
@@ -85,33 +113,26 @@ class NotificationsState(AppState):
     async def load(self) -> Any:
         return await self._fetch_or_fail()
 
-    async def add_webhook(self) -> Any:
+    async def add_channel(self) -> Any:
+        """A webhook or an email channel from the form; the core checks it and names a wrong field."""
         try:
-            made = await self.client().create_channel({"kind": "webhook", "name": self.new_name.strip(),
-                                                       "url": self.new_url.strip()})  # fmt: skip
+            spec = channel_spec(self.new_kind, {f: getattr(self, f"new_{f}") for f in _CHANNEL_FORM})
+            made = await self.client().create_channel(spec)
         except JobDeckError as exc:
             return self.failed(exc)
-        self.new_name, self.new_url, self.new_secret = "", "", str(made.get("secret") or "")
+        for f in ("name", "url", "username", "password", "to"):
+            setattr(self, f"new_{f}", "")
+        self.new_secret = str(made.get("secret") or "")
         await self.fetch()
-        return rx.toast.success(f"channel {made['name']} added: copy its signing secret now", duration=4000)
+        if made["kind"] == "webhook":
+            return rx.toast.success(f"channel {made['name']} added: copy its signing secret now", duration=4000)
+        return rx.toast.success(f"channel {made['name']} added: send it a test", duration=4000)
 
     async def add_rule(self) -> Any:
-        """A rule on event types (every match, through its window) from the form; the core checks it."""
+        """A rule from the form (events and filters, any condition, its window); the core checks it."""
         names = {c["name"]: int(c["id"]) for c in self.channels}
-        wanted = [n.strip() for n in self.rule_channels.split(",") if n.strip()]
-        unknown = [n for n in wanted if n not in names]
-        if unknown or not wanted:
-            return rx.toast.error(f"channels: name one or more of {', '.join(names) or '(no channels yet)'}")
         try:
-            window = float(self.rule_window or 0)
-        except ValueError:
-            return rx.toast.error("window: a number of seconds")
-        spec: dict[str, Any] = {"name": self.rule_name.strip(), "channels": [names[n] for n in wanted],
-                                "events": [e.strip() for e in self.rule_events.split(",") if e.strip()],
-                                "window_seconds": window}  # fmt: skip
-        if self.rule_queue.strip():
-            spec["filters"] = {"queue": self.rule_queue.strip()}
-        try:
+            spec = rule_spec({f: getattr(self, f"rule_{f}") for f in _RULE_FORM}, names)
             made = await self.client().create_alert_rule(spec)
         except JobDeckError as exc:
             return self.failed(exc)
@@ -220,31 +241,74 @@ def _delivery_row(n: Any) -> rx.Component:
     )  # fmt: skip
 
 
-def _add_webhook() -> rx.Component:
+def _input(key: str, placeholder: str, width: str, html_id: str, kind: str = "text") -> rx.Component:
+    return rx.input(placeholder=placeholder, value=getattr(NotificationsState, key), id=html_id, type=kind,
+                    aria_label=placeholder, on_change=lambda v: NotificationsState.set_field(key, v), width=width)  # fmt: skip
+
+
+def _choice(key: str, items: list[str], html_id: str, label: str) -> rx.Component:
+    return rx.select(items, value=getattr(NotificationsState, key), id=html_id, aria_label=label,
+                     on_change=lambda v: NotificationsState.set_field(key, v))  # fmt: skip
+
+
+def _add_channel() -> rx.Component:
+    email = rx.fragment(
+        _input("new_host", "SMTP host", "12rem", "new-channel-host"),
+        _input("new_port", "port", "5rem", "new-channel-port"),
+        _choice("new_security", list(SECURITY), "new-channel-security", "SMTP security"),
+        _input("new_username", "user (optional)", "9rem", "new-channel-username"),
+        _input("new_password", "password (optional)", "10rem", "new-channel-password", "password"),
+        _input("new_sender", "from: jobdeck@example.com", "14rem", "new-channel-sender"),
+        _input("new_to", "to: a@example.com, b@example.com", "18rem", "new-channel-to"),
+    )
     return rx.form(
         rx.hstack(
-            rx.input(placeholder="name", value=NotificationsState.new_name, id="new-channel-name",
-                     on_change=lambda v: NotificationsState.set_field("new_name", v), width="12rem"),
-            rx.input(placeholder="https://hooks.example.com/jobdeck", value=NotificationsState.new_url,
-                     id="new-channel-url", on_change=lambda v: NotificationsState.set_field("new_url", v),
-                     width="28rem"),
-            rx.button("Add webhook", type="submit", id="add-webhook"),
+            _choice("new_kind", list(CHANNEL_KINDS), "new-channel-kind", "channel kind"),
+            _input("new_name", "name", "10rem", "new-channel-name"),
+            rx.cond(NotificationsState.new_kind == "email", email,
+                    _input("new_url", "https://hooks.example.com/jobdeck", "28rem", "new-channel-url")),
+            rx.button(rx.cond(NotificationsState.new_kind == "email", "Add email channel", "Add webhook"),
+                      type="submit", id="add-channel"),
             spacing="2",
+            wrap="wrap",
         ),
-        on_submit=lambda _: NotificationsState.add_webhook(),
+        on_submit=lambda _: NotificationsState.add_channel(),
     )  # fmt: skip
 
 
 def _field(key: str, placeholder: str, width: str) -> rx.Component:
-    return rx.input(placeholder=placeholder, value=getattr(NotificationsState, key), id=f"rule-{key[5:]}",
-                    aria_label=placeholder, on_change=lambda v: NotificationsState.set_field(key, v), width=width)  # fmt: skip
+    return _input(key, placeholder, width, "rule-" + key[5:].replace("_", "-"))
+
+
+def _condition_numbers() -> rx.Component:
+    """The numbers of the chosen condition only (each kind's fields in notify_specs.CONDITIONS)."""
+    shown = {f: [k for k, (_, fields) in CONDITIONS.items() if any(x == f for x, _l, _w in fields)]
+             for f in CONDITION_FIELDS}  # fmt: skip
+    labels = {f: label for _, fields in CONDITIONS.values() for f, label, _w in fields}
+    parts = []
+    for f in CONDITION_FIELDS:
+        when = NotificationsState.rule_condition == shown[f][0]
+        for k in shown[f][1:]:
+            when = when | (NotificationsState.rule_condition == k)
+        parts.append(rx.cond(when, _field(f"rule_{f}", labels[f], "7rem"), rx.fragment()))
+    return rx.fragment(*parts)
 
 
 def _add_rule() -> rx.Component:
+    implied = NotificationsState.rule_condition == sorted(IMPLIED)[0]
+    for k in sorted(IMPLIED)[1:]:
+        implied = implied | (NotificationsState.rule_condition == k)
     return rx.form(
         rx.hstack(
             _field("rule_name", "rule name", "10rem"),
-            _field("rule_events", "events (job.dead, job.failed ...)", "16rem"),
+            rx.select.root(
+                rx.select.trigger(id="rule-condition", aria_label="condition"),
+                rx.select.content(*(rx.select.item(label, value=k) for k, (label, _) in CONDITIONS.items())),
+                value=NotificationsState.rule_condition,
+                on_change=lambda v: NotificationsState.set_field("rule_condition", v),
+            ),
+            _condition_numbers(),
+            rx.cond(implied, rx.fragment(), _field("rule_events", "events (job.dead, job.failed ...)", "16rem")),
             _field("rule_queue", "queue (optional)", "9rem"),
             _field("rule_channels", "channels (names)", "12rem"),
             _field("rule_window", "window s", "6rem"),
@@ -266,7 +330,7 @@ def notifications_page() -> rx.Component:
             rx.fragment(),
         ),
         rx.heading("Channels", size="4", as_="h2"),
-        _add_webhook(),
+        _add_channel(),
         rx.cond(
             NotificationsState.new_secret != "",
             rx.callout(
