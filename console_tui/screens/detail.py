@@ -17,9 +17,10 @@ from textual.widgets import DataTable, Footer, RichLog, Static
 
 from console_tui.actions import bindings_for
 from console_tui.format import epoch, state_text
-from console_tui.screens.base import ConsoleMixin, Json
-from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
+from console_tui.screens.base import Json
+from console_tui.screens.dialogs import PromptScreen
 from console_tui.screens.events import event_line
+from console_tui.screens.job_actions import JobActions
 from console_tui.widgets.header import ConsoleHeader
 from core.errors import JobDeckError
 
@@ -28,7 +29,7 @@ ATTEMPT_COLUMNS = (("attempt", "#", 3), ("agent", "AGENT", 16), ("outcome", "OUT
                    ("duration", "TOOK", 8), ("exit", "EXIT", 5), ("error", "ERROR", 40))  # fmt: skip
 
 
-class JobDetailScreen(ConsoleMixin, Screen[None]):
+class JobDetailScreen(JobActions, Screen[None]):
     """Escape goes back to the list."""
 
     view_name: ClassVar[str] = "detail"
@@ -174,32 +175,12 @@ class JobDetailScreen(ConsoleMixin, Screen[None]):
     async def _act(self, action: str, verb: str) -> None:
         await self.call(self.console.client.job_action(self.job_id, action), f"{verb}: job {self.job_id}")
 
-    async def action_pause(self) -> None:
-        await self._act("pause", "paused")
-
-    async def action_resume(self) -> None:
-        await self._act("resume", "resumed")
-
-    async def action_retry(self) -> None:
-        await self._act("retry", "retried")
-
-    async def action_cancel(self) -> None:
-        async def confirmed(yes: bool | None) -> None:
-            if yes:
-                await self._act("cancel", "cancelled")
-
-        self.app.push_screen(ConfirmScreen(f"Cancel job {self.job_id} ({self.job.get('name')})?",
-                                           "A running job is stopped first.", yes="Cancel"), confirmed)  # fmt: skip
+    def cancel_question(self) -> tuple[str, str] | None:
+        return f"Cancel job {self.job_id} ({self.job.get('name')})?", "A running job is stopped first."
 
     async def _nudge(self, step: int) -> None:
         new = int(self.job.get("priority", 0)) + step
         await self.call(self.console.client.set_priority(self.job_id, new), f"priority of job {self.job_id}: {new}")
-
-    async def action_priority_up(self) -> None:
-        await self._nudge(+1)
-
-    async def action_priority_down(self) -> None:
-        await self._nudge(-1)
 
     async def action_priority_set(self) -> None:
         client = self.console.client

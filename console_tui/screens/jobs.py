@@ -16,7 +16,8 @@ from console_tui.format import epoch, state_text
 from console_tui.operations import bulk_summary, job_action
 from console_tui.query import JobQuery
 from console_tui.screens.base import Json, View
-from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
+from console_tui.screens.dialogs import PromptScreen
+from console_tui.screens.job_actions import JobActions
 from console_tui.widgets.live_table import Column, LiveTable
 from core.errors import JobDeckError
 
@@ -28,7 +29,7 @@ COLUMNS = (Column("sel", " ", 1), Column("id", "ID", 7, "right"), Column("name",
 SORTS = ("id", "priority", "state", "queue", "duration")
 
 
-class JobsView(View):
+class JobsView(JobActions, View):
     """Jobs, newest first, live."""
 
     view_name: ClassVar[str] = "jobs"
@@ -398,27 +399,12 @@ class JobsView(View):
             self.console.notify(text, severity=severity, timeout=6)  # type: ignore[arg-type]
             self.action_select_all()  # clears the selection once acted on
 
-    async def action_pause(self) -> None:
-        await self._act("pause", "paused")
-
-    async def action_resume(self) -> None:
-        await self._act("resume", "resumed")
-
-    async def action_retry(self) -> None:
-        await self._act("retry", "retried")
-
-    async def action_cancel(self) -> None:
+    def cancel_question(self) -> tuple[str, str] | None:
         jobs = self.targets()
         if not jobs:
-            return
+            return None
         what = f"job {jobs[0]['id']} ({jobs[0].get('name')})" if len(jobs) == 1 else f"{len(jobs)} selected jobs"
-
-        async def confirmed(yes: bool | None) -> None:
-            if yes:
-                await self._act("cancel", "cancelled")
-
-        self.console.push_screen(ConfirmScreen(f"Cancel {what}?", "A running job is stopped first.",
-                                               yes="Cancel"), confirmed)  # fmt: skip
+        return f"Cancel {what}?", "A running job is stopped first."
 
     async def _nudge(self, step: int) -> None:
         client = self.console.client
@@ -427,12 +413,6 @@ class JobsView(View):
             changed = await self.call(client.set_priority(job["id"], new), f"priority of job {job['id']}: {new}")
             if changed is not None:  # shown now: a second press counts from here, not from the feed's echo
                 self._merge({int(job["id"]): changed}, {})
-
-    async def action_priority_up(self) -> None:
-        await self._nudge(+1)
-
-    async def action_priority_down(self) -> None:
-        await self._nudge(-1)
 
     async def action_priority_set(self) -> None:
         jobs = self.targets()

@@ -15,8 +15,9 @@ from textual.widgets import DataTable, Footer, Static
 
 from console_tui.actions import bindings_for
 from console_tui.format import epoch, state_text
-from console_tui.screens.base import ConsoleMixin, Json
+from console_tui.screens.base import Json
 from console_tui.screens.dialogs import ConfirmScreen
+from console_tui.screens.job_actions import JobActions
 from console_tui.screens.tables import TableView
 from console_tui.widgets.header import ConsoleHeader
 from core.client import workflow_layers
@@ -101,7 +102,7 @@ NODE_COLUMNS = (("tree", "JOB", 40), ("state", "STATE", 10), ("id", "ID", 7), ("
                 ("parents", "WAITS FOR", 30))  # fmt: skip
 
 
-class WorkflowScreen(ConsoleMixin, Screen[None]):
+class WorkflowScreen(JobActions, Screen[None]):
     """One workflow, layer by layer; escape goes back. Its jobs' events redraw it live."""
 
     view_name: ClassVar[str] = "workflow"
@@ -199,27 +200,12 @@ class WorkflowScreen(ConsoleMixin, Screen[None]):
             await self.call(self.console.client.job_action(n["id"], action), f"job {n['id']} ({n.get('ref')}) {verb}")
             await self.reload()
 
-    async def action_pause(self) -> None:
-        await self._act("pause", "paused")
-
-    async def action_resume(self) -> None:
-        await self._act("resume", "resumed")
-
-    async def action_retry(self) -> None:
-        await self._act("retry", "retried")
-
-    async def action_cancel(self) -> None:
+    def cancel_question(self) -> tuple[str, str] | None:
         n = self.current()
         if not n:
-            return
-
-        async def confirmed(yes: bool | None) -> None:
-            if yes:
-                await self._act("cancel", "cancelled")
-
-        self.console.push_screen(ConfirmScreen(f"Cancel job {n['id']} ({n.get('ref')})?",
-                                               "Jobs waiting for it are cancelled too (unless their policy says run or skip).",
-                                               yes="Cancel"), confirmed)  # fmt: skip
+            return None
+        return (f"Cancel job {n['id']} ({n.get('ref')})?",
+                "Jobs waiting for it are cancelled too (unless their policy says run or skip).")  # fmt: skip
 
     @on(DataTable.RowSelected)
     async def _chosen(self, event: DataTable.RowSelected) -> None:  # enter on a node

@@ -1076,9 +1076,11 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         pruned = 0
         while low < cut:
             high = min(low + PRUNE_BATCH, cut)
-            pruned += await self._write(
-                lambda tx, h=high: int(tx.conn.execute("DELETE FROM events WHERE seq < ?", (h,)).rowcount)
-            )
+
+            def delete(tx: Tx, h: int = high) -> int:
+                return int(tx.conn.execute("DELETE FROM events WHERE seq < ?", (h,)).rowcount)
+
+            pruned += await self._write(delete)
             low = high
             if low < cut:
                 await asyncio.sleep(PRUNE_PAUSE)
