@@ -17,11 +17,13 @@ from core.model import Job
 from core.store import _pg_sql as sql
 from core.store._pg_counts import job_counts
 from core.store.base import (
+    COUNT_BUDGET_MS,
     FINISHED_EVENTS,
     QUEUE_SETTING_COLUMNS,
     Event,
     EventFilter,
     JobFilter,
+    counted_by_counters,
     like_pattern,
     queue_view,
     stats_view,
@@ -159,13 +161,21 @@ async def _by_names(
     return list(await c.fetch(query, *params))
 
 
-COUNT_BUDGET_MS = 300  # an exact count that takes longer gives way to the planner's estimate
-
-
 async def count_jobs(c: Conn, flt: JobFilter, budget_ms: int = COUNT_BUDGET_MS) -> tuple[int, bool]:
-    """How many jobs match: exactly (True) when counting takes under `budget_ms`, else the
-    planner's estimate (False): an exact count(*) of millions of rows in PostgreSQL reads them all."""
+    """How many jobs match: from the counters for states and a queue (exact: a few rows), else
+    exactly (True) when counting takes under `budget_ms`, else the planner's estimate (False): an
+    exact count(*) of millions of rows in PostgreSQL reads them all."""
     params: list[Any] = []
+    if counted_by_counters(flt):
+        terms = []
+        if flt.states:
+            params.append(list(flt.states))
+            terms.append("state = ANY($1::text[])")
+        if flt.queue is not None:
+            params.append(flt.queue)
+            terms.append(f"queue = ${len(params)}")
+        where = f" WHERE {' AND '.join(terms)}" if terms else ""
+        return int(await c.fetchval(f"SELECT coalesce(sum(n), 0) FROM job_counts{where}", *params)), True
     where = _job_where(flt, _numbered(params))
     matching = "FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
     if flt.tag is not None and flt == JobFilter(tag=flt.tag):  # the tag's key range alone (an index-only scan)

@@ -219,6 +219,20 @@ class JobFilter:
     search: str | None = None  # id, or text in the name, task or tags (core/store/listing.py search_sql)
 
 
+# A list's total: an exact count that takes longer than this gives way to an estimate (total_exact
+# false), so a page with its total answers within the lists' 50 ms whatever the store holds.
+COUNT_BUDGET_MS = 25
+COUNT_SAMPLE = 20_000  # SQLite's estimate: the matching share of the newest jobs, times all jobs
+
+
+def counted_by_counters(flt: JobFilter) -> bool:
+    """Whether job_counts (jobs per queue and state, kept by triggers) answers the filter's count
+    exactly: states and a queue only."""
+    return not (flt.name_prefix or flt.tag is not None or flt.created_after is not None
+                or flt.created_before is not None or flt.schedule_id is not None or flt.queue_patterns
+                or flt.search)  # fmt: skip
+
+
 def like_pattern(glob: str) -> str:
     """A shell-style queue pattern (`*`, `?`) as a SQL LIKE pattern (with `\\` as the escape)."""
     escaped = glob.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

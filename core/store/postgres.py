@@ -36,6 +36,7 @@ from core.store._pg_writes import JobChanges, insert_jobs
 from core.store.archive import PostgresArchive
 from core.store.audit import AuditFilter
 from core.store.base import (
+    COUNT_BUDGET_MS,
     PRUNE_BATCH,
     PRUNE_PAUSE,
     QUEUE_SETTING_COLUMNS,
@@ -388,7 +389,7 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
         """The ids of list_jobs' page (newest first), without reading the jobs."""
         return await self._read(lambda c: reads.list_job_ids(c, flt, before_id, limit))
 
-    async def count_jobs(self, flt: JobFilter, budget_ms: int = reads.COUNT_BUDGET_MS) -> tuple[int, bool]:
+    async def count_jobs(self, flt: JobFilter, budget_ms: int = COUNT_BUDGET_MS) -> tuple[int, bool]:
         """How many jobs match: exact if counting is quick, else the planner's estimate (False)."""
         return await self._read(lambda c: reads.count_jobs(c, flt, budget_ms))
 

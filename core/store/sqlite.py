@@ -7,6 +7,7 @@ import dataclasses
 import heapq
 import sqlite3
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,8 @@ from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
 from core.store.archive import SQLiteArchive
 from core.store.audit import AuditFilter
 from core.store.base import (
+    COUNT_BUDGET_MS,
+    COUNT_SAMPLE,
     FINISHED_EVENTS,
     PRUNE_BATCH,
     PRUNE_PAUSE,
@@ -49,6 +52,7 @@ from core.store.base import (
     JobChanges,
     JobFilter,
     apply_decisions,
+    counted_by_counters,
     queue_db_value,
     queue_event,
     queue_settings_view,
@@ -147,6 +151,30 @@ def _adder(params: list[Any]) -> Callable[[Any], str]:
         return "?"
 
     return add
+
+
+def _counter_terms(flt: JobFilter) -> tuple[list[str], list[Any]]:
+    """job_counts' WHERE terms for a filter of states and a queue."""
+    terms: list[str] = []
+    params: list[Any] = []
+    if flt.states:
+        terms.append(f"state IN ({', '.join('?' * len(flt.states))})")
+        params += list(flt.states)
+    if flt.queue is not None:
+        terms.append("queue = ?")
+        params.append(flt.queue)
+    return terms, params
+
+
+def _estimate_count(c: sqlite3.Connection, flt: JobFilter) -> int:
+    """The matching share of the newest COUNT_SAMPLE jobs, times every job (the counters' sum)."""
+    where, params = _job_where(flt)
+    sample = f"(SELECT * FROM jobs ORDER BY id DESC LIMIT {COUNT_SAMPLE}) AS jobs"
+    seen, matched = c.execute(
+        f"SELECT count(*), coalesce(sum({' AND '.join(where)}), 0) FROM {sample}", params
+    ).fetchone()
+    total = c.execute("SELECT coalesce(sum(n), 0) FROM job_counts").fetchone()[0]
+    return round(total * matched / seen) if seen else 0
 
 
 def _job_where(flt: JobFilter, *, by_order: bool = False, tag: bool = True) -> tuple[list[str], list[Any]]:
@@ -644,16 +672,34 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             return await self._read(lambda c: [r[0] for r in c.execute(sql, args)])
         return await self._read(lambda c: [r[0] for r in _list_rows(c, "SELECT id FROM jobs", flt, order, limit)])
 
-    async def count_jobs(self, flt: JobFilter, budget_ms: int = 0) -> tuple[int, bool]:
-        """How many jobs match, exactly (True): an index range for state, queue, name and tag
-        filters (under 0.1 s at a million jobs here); a search counts by scanning. (`budget_ms` is
-        PostgreSQL's: SQLite always counts.)"""
+    async def count_jobs(self, flt: JobFilter, budget_ms: int = COUNT_BUDGET_MS) -> tuple[int, bool]:
+        """How many jobs match: from the counters for states and a queue (exact, a few rows), else
+        a count of the index range (True) if it takes under `budget_ms`, else an estimate (False):
+        the matching share of the newest COUNT_SAMPLE jobs times all jobs (a search, or a tag with
+        a state, reads every candidate row: 0.1-0.3 s at a million)."""
+        if counted_by_counters(flt):
+            terms, params = _counter_terms(flt)
+            sql = "SELECT coalesce(sum(n), 0) FROM job_counts" + (f" WHERE {' AND '.join(terms)}" if terms else "")
+            return await self._read(lambda c: (int(c.execute(sql, params).fetchone()[0]), True))
         if flt.tag is not None and flt == JobFilter(tag=flt.tag):
             sql, params = "SELECT count(*) FROM job_tags WHERE tag = ?", [flt.tag]
         else:
             where, params = _job_where(flt)
             sql = "SELECT count(*) FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
-        return await self._read(lambda c: (int(c.execute(sql, params).fetchone()[0]), True))
+
+        def q(c: sqlite3.Connection) -> tuple[int, bool]:
+            deadline = time.perf_counter() + budget_ms / 1000
+            c.set_progress_handler(lambda: int(time.perf_counter() > deadline), 1000)
+            try:
+                return int(c.execute(sql, params).fetchone()[0]), True
+            except sqlite3.OperationalError as exc:
+                if "interrupted" not in str(exc):
+                    raise
+            finally:
+                c.set_progress_handler(None, 1000)
+            return _estimate_count(c, flt), False
+
+        return await self._read(q)
 
     async def list_attempts(self, job_id: int) -> list[dict[str, Any]]:
         """The attempts of a job, oldest first, with their output."""

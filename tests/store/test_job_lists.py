@@ -86,6 +86,23 @@ async def test_counts_follow_the_filters(kit: StoreKit) -> None:
     assert await s.count_jobs(JobFilter(queue="b", tag="t")) == (3, True)
     assert await s.count_jobs(JobFilter(states=["running"])) == (0, True)
     assert await s.count_jobs(JobFilter(queue_patterns=["b*"])) == (5, True)
+    # states and a queue come from the counters, whatever happened to the jobs since
+    await s.claim_jobs(ClaimRequest("a1", 4, queues=frozenset({"a"})), utcnow())
+    assert await s.count_jobs(JobFilter(states=["running"])) == (4, True)
+    assert await s.count_jobs(JobFilter(states=["queued", "running"], queue="a")) == (7, True)
+    assert await s.count_jobs(JobFilter(states=["queued"], queue="b")) == (5, True)
+    assert await s.count_jobs(JobFilter(queue="nowhere")) == (0, True)
+
+
+@pytest.mark.parametrize("kit", ["sqlite"], indirect=True)
+async def test_a_count_past_its_budget_is_an_estimate(kit: StoreKit) -> None:
+    """A count that would read every candidate row (a search) gives way to an estimate when its
+    budget is spent: the matching share of the newest jobs, times all jobs, marked not exact."""
+    s = kit.store
+    await submit(s, *({"name": f"cust-{i}" if i % 3 == 0 else f"other-{i}"} for i in range(3000)))
+    assert await s.count_jobs(JobFilter(search="cust-")) == (1000, True)
+    assert await s.count_jobs(JobFilter(search="cust-"), budget_ms=0) == (1000, False)
+    assert await s.count_jobs(JobFilter(states=["queued"]), budget_ms=0) == (3000, True), "counters need no budget"
 
 
 def test_bad_sort_order_and_cursor_are_422s_naming_the_field() -> None:
