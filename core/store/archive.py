@@ -91,7 +91,9 @@ class SQLiteArchive:
 
         marks = _Marks(False)
         where = f"{_FINISHED} AND {cutoffs.sql(marks)}"
-        sql = f"{_SELECT_JOB} WHERE {where} ORDER BY finished_at LIMIT {int(limit)}"
+        # Named: SQLite's planner took jobs_state and sorted every finished job for each batch of 500
+        # (900,000 steps at 200,000 jobs); the partial index on finished_at reads them oldest first.
+        sql = f"{_SELECT_JOB} INDEXED BY jobs_finished WHERE {where} ORDER BY finished_at LIMIT {int(limit)}"
 
         def q(c: sqlite3.Connection) -> list[dict[str, Any]]:
             jobs = [_job(r) for r in c.execute(sql, marks.values)]

@@ -84,6 +84,13 @@ QUERIES: list[tuple[str, str, tuple[Any, ...], str | tuple[str, ...]]] = [
         "job_tags_pkey",
     ),
     (
+        "retention: the oldest finished jobs",
+        f"{sql.SELECT_JOB} WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < $1 "
+        "ORDER BY finished_at LIMIT 500",
+        (NOW + 86400,),
+        "jobs_finished",
+    ),
+    (
         "events: resume after a seq",
         "SELECT seq, ts, type, job_id, queue, body FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
         (JOBS - 500, 1000),

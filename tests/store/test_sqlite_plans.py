@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from core.store._sqlite_writer import connect, migrate
+from core.store.archive import Cutoffs
 from core.store.base import ClaimRequest, JobFilter
 from core.store.listing import JobOrder
 from core.store.sqlite import SQLiteStore
@@ -108,6 +109,18 @@ CALLS: list[tuple[str, Callable[[SQLiteStore], Awaitable[Any]]]] = [
     ("list: by tag, by priority", lambda s: s.list_jobs(JobFilter(tag="common"), None, 100, JobOrder("priority"))),
     ("bulk selection: ids by tag", lambda s: s.list_job_ids(JobFilter(tag="common"), None, 5000)),
     ("bulk selection: ids by state", lambda s: s.list_job_ids(JobFilter(states=("succeeded",)), JOBS // 2, 5000)),
+    # what the console's and the dashboard's job pages also ask: every sort, several states, the total
+    ("list: by state, by queue", lambda s: s.list_jobs(JobFilter(), None, 100, JobOrder("state", False))),
+    ("list: by queue name", lambda s: s.list_jobs(JobFilter(), None, 100, JobOrder("queue", False))),
+    ("list: by duration", lambda s: s.list_jobs(JobFilter(), None, 100, JobOrder("duration"))),
+    ("list: by created", lambda s: s.list_jobs(JobFilter(), None, 100, JobOrder("created"))),
+    ("list: oldest first", lambda s: s.list_jobs(JobFilter(), None, 100, JobOrder("id", False))),
+    ("list: two states", lambda s: s.list_jobs(JobFilter(states=("queued", "running")), None, 100)),
+    ("list: a queue by priority", lambda s: s.list_jobs(JobFilter(queue="q3"), None, 100, JobOrder("priority"))),
+    ("total: every job (counters)", lambda s: s.count_jobs(JobFilter())),
+    ("total: states of a queue (counters)", lambda s: s.count_jobs(JobFilter(states=("queued", "dead"), queue="q2"))),
+    ("total: a rare tag (its key range)", lambda s: s.count_jobs(JobFilter(tag="rare"))),
+    ("retention: the oldest finished jobs", lambda s: s.archivable_jobs(Cutoffs(NOW + 86400), 500)),
     ("stats: counts by queue and state", lambda s: s.stats(NOW)),
     ("queues: counts", lambda s: s.list_queues()),
 ]
