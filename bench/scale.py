@@ -336,13 +336,21 @@ async def scale_run(ctx: RunContext) -> list[Figure]:
                 fig(title, ms, "ms", floor, note=beside(ms, base.reads.get(small_title, 0.0)))
 
             f = await follower_lag(client)
-            p99, base_p99 = percentile(f.from_commit, 99), percentile(base.follow.from_commit, 99)
-            fig(f"follower lag p99, commit -> follower, one {FOLLOW_BATCH:,}-job batch", p99, "ms", FOLLOW_P99_FLOOR,
-                note=f"{len(f.from_commit):,} events; p50 {percentile(f.from_commit, 50):.0f}, max "
-                     f"{f.from_commit[-1]:.0f}; {beside(p99, base_p99)}")  # fmt: skip
+            spread = [x - f.from_ts[0] for x in f.from_ts]
+            title = f"follower lag p99, commit -> follower, one {FOLLOW_BATCH:,}-job batch"
+            if ctx.backend.kind == "sqlite":  # one writer: its commit histogram times the batch's transaction
+                p99, base_p99 = percentile(f.from_commit, 99), percentile(base.follow.from_commit, 99)
+                fig(title, p99, "ms", FOLLOW_P99_FLOOR,
+                    note=f"{len(f.from_commit):,} events; commit = ts + the transaction ({f.tx_ms:.0f} ms, {f.commits} "
+                         f"commits in the node's histogram); p50 {percentile(f.from_commit, 50):.0f}, max "
+                         f"{f.from_commit[-1]:.0f}; {beside(p99, base_p99)}")  # fmt: skip
+            else:  # several writer connections: their transactions overlap, the histogram's sum is no commit time
+                figures.append(Figure(NAME, title, None, "ms", None,
+                                      "not measured on PostgreSQL: no commit time seen from outside"))  # fmt: skip
+            fig("follower: last event - first event of the batch, p99", percentile(spread, 99), "ms",
+                note=f"the feed's own part once the first is out; {percentile([x - base.follow.from_ts[0] for x in base.follow.from_ts], 99):.0f} ms on the small store")  # fmt: skip
             fig("follower lag p99, event ts -> follower", percentile(f.from_ts, 99), "ms",
-                note=f"ts = the transaction's start; the transaction took {f.tx_ms:.0f} ms ({f.commits} commits "
-                     f"in the node's histogram), {base.follow.tx_ms:.0f} ms on the small store")  # fmt: skip
+                note="ts = the transaction's start: the 10,000 inserts are in it")  # fmt: skip
 
             quiet = await steady_load(client, min_seconds=5.0 if quick else 10.0, max_seconds=10.0, db=path)
             mem = srv.memory()

@@ -26,6 +26,7 @@ Trace = Callable[[str], None]
 MAX_OPS_PER_COMMIT = 2000
 CHECKPOINT_EVERY = 0.5  # seconds
 WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes
+TRUNCATE_WAIT = 0.05  # seconds a truncating checkpoint waits for readers before it gives up
 NEXT_JOB_ID = (
     "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
     "coalesce((SELECT max(id) FROM jobs), 0)) + 1"
@@ -220,13 +221,24 @@ class Writer:
     def _checkpoint(self, stop: threading.Event) -> None:
         """Copy the WAL back into the database file every half second, beside the writer.
 
-        A PASSIVE checkpoint never blocks the writer or readers; it does what it can.
+        A PASSIVE checkpoint never blocks the writer or readers; it does what it can. When it has
+        copied every frame of a WAL grown past WAL_SIZE_LIMIT (a burst: a big batch, maintenance),
+        a TRUNCATE checkpoint empties the file, waiting at most TRUNCATE_WAIT for readers (new
+        writes wait as long): under steady reads the WAL may never restart from its beginning, so
+        journal_size_limit alone never cut it back.
         """
         conn = connect(self._path)
+        wal = self._path.with_name(self._path.name + "-wal")
         try:
             while not stop.wait(CHECKPOINT_EVERY):
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if not busy and frames == copied and frames > 0 and _size(wal) > WAL_SIZE_LIMIT:
+                        conn.execute(f"PRAGMA busy_timeout={int(TRUNCATE_WAIT * 1000)}")
+                        try:
+                            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                        finally:
+                            conn.execute("PRAGMA busy_timeout=30000")
                 except sqlite3.Error:
                     log.exception("checkpoint failed; will try again")
         finally:
@@ -280,6 +292,13 @@ class Writer:
             return next_seq, next_job_id
         self._loop.call_soon_threadsafe(_deliver, outcomes, tx.events, self._on_commit)
         return tx.next_seq, tx.next_job_id
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _labels_ok(required: str, offered: str) -> bool:
