@@ -163,10 +163,13 @@ def _first_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+ALIASES = {"notifications": "notify"}  # the word for it
+
+
 def _names(values: Sequence[str] | None) -> list[str]:
     if not values:
         return list(BENCHMARKS)
-    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    names = [ALIASES.get(n.strip(), n.strip()) for v in values for n in v.split(",") if n.strip()]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHMARKS)}")

@@ -4,7 +4,9 @@ and the dispatcher that sends what they write.
 The sink runs on the node holding the relay's "notify" lease (core/relay/), so rules see every
 event once per round, in seq order, and their state (suppression windows) has one owner. It writes
 deliveries and a `notify.alert` event per alert in one transaction, then acknowledges the round:
-a crash repeats a round, and deterministic message and alert ids make the repeat write nothing new
+the deliveries it writes claimed for this node go straight to its dispatcher (the others, for a
+channel whose breaker is open or queue full, wait for a claim by any node). A crash repeats a
+round, and deterministic message and alert ids make the repeat write nothing new
 (neither deliveries nor, for an alert that has any, its event; front ends also ignore an alert id
 they have shown).
 """
@@ -23,7 +25,7 @@ import orjson
 from core.model import iso
 from core.notify import conditions as C
 from core.notify import rules as R
-from core.notify.dispatcher import DEFAULT_MAX_ATTEMPTS, Dispatcher
+from core.notify.dispatcher import CLAIM_TTL, DEFAULT_MAX_ATTEMPTS, Dispatcher
 from core.store._ops import Emit
 from core.store.base import Event
 
@@ -186,6 +188,7 @@ class NotifySink:
         if not alerts and not changed:
             return
         now = self.notifier.clock()
+        dispatcher = self.notifier.dispatcher
         items, emits = [], []
         for a in alerts:
             targets = [c for cid, c in self.channels.items()
@@ -195,6 +198,7 @@ class NotifySink:
             alert_id = f"alert_{a.rule_id or 0}_{a.key}"  # the same in a repeated round: the store skips it
             for c in targets:
                 items.append({"channel_id": c["id"], "rule_id": a.rule_id, "kind": a.kind, "alert_id": alert_id,
+                              "claim": dispatcher.can_take(c["id"]),
                               "message_id": f"msg_{a.rule_id or 0}_{a.key}_{c['id']}",
                               "payload": payload(a.kind, now, {**data, "channel": c["name"]}),
                               "max_attempts": max_attempts_of(c)})  # fmt: skip
@@ -202,6 +206,8 @@ class NotifySink:
                                                "severity": a.severity, "rule": rule,
                                                "channels": [c["name"] for c in targets]}, queue=a.queue))  # fmt: skip
         states = {rid: R.state_to_dict(self.states[rid]) for rid in changed if rid in self.states}
-        await self.store.save_rule_states(states, items, emits)
-        if items:
-            self.notifier.dispatcher.wake()
+        made = await self.store.save_rule_states(states, items, emits, claim_ttl=CLAIM_TTL)
+        claimed = {it["message_id"] for it in items if it["claim"]}
+        dispatcher.take([d for d in made if d["message_id"] in claimed])
+        if len(claimed) < len(items):
+            dispatcher.wake()

@@ -150,7 +150,8 @@ def _list_channels() -> Op:
 def _add_deliveries(now: float, items: Sequence[dict[str, Any]], claim_until: float,
                     events: Sequence[Emit]) -> Op:  # fmt: skip
     """Insert deliveries (a repeated message_id is skipped: the relay repeats rounds), claimed for
-    the caller until `claim_until` (0: for any dispatcher), and the events that go with them. A
+    the caller until `claim_until` (0: for any dispatcher; an item with `claim: False` is never
+    claimed), and the events that go with them. A
     `notify.alert` event whose deliveries (items with its `alert_id`) were all stored before is
     left out too: a repeated round shows no alert twice."""
     out = []
@@ -161,7 +162,7 @@ def _add_deliveries(now: float, items: Sequence[dict[str, Any]], claim_until: fl
             "next_at, claimed_until, created_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) "
             f"ON CONFLICT (message_id) DO NOTHING RETURNING {DELIVERY_COLUMNS}",
             (it["channel_id"], it.get("rule_id"), it["kind"], it["message_id"], _json(it["payload"]),
-             it["max_attempts"], now, claim_until, now),
+             it["max_attempts"], now, claim_until if it.get("claim", True) else 0.0, now),
             "one",
         )  # fmt: skip
         if row is not None:
@@ -442,12 +443,13 @@ class _Notifications(HookStore):
         return await self._nread(_list_rules)  # type: ignore[no-any-return]
 
     async def save_rule_states(self, states: dict[int, dict[str, Any]], items: Sequence[dict[str, Any]] = (),
-                               events: Sequence[Emit] = ()) -> list[dict[str, Any]]:  # fmt: skip
-        """Rules' evaluation states, with the deliveries and events they raised, in one transaction."""
+                               events: Sequence[Emit] = (), claim_ttl: float = 0.0) -> list[dict[str, Any]]:  # fmt: skip
+        """Rules' evaluation states, with the deliveries and events they raised, in one transaction;
+        the new deliveries claimed for the caller for `claim_ttl` seconds (0: left for any dispatcher)."""
 
         def op(now: float) -> Op:
             yield from _save_rule_states(states)
-            return (yield from _add_deliveries(now, items, 0.0, events))
+            return (yield from _add_deliveries(now, items, now + claim_ttl if claim_ttl else 0.0, events))
 
         return await self._nwrite(op)  # type: ignore[no-any-return]
 
