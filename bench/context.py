@@ -112,10 +112,12 @@ class RunContext:
             yield srv, client
 
     @contextlib.asynccontextmanager
-    async def nodes(self, name: str, slots: int) -> AsyncIterator[Nodes]:
+    async def nodes(self, name: str, slots: int, env: Mapping[str, str] | None = None) -> AsyncIterator[Nodes]:
         """`backend.nodes` fresh `jobdeck up` nodes sharing one fresh store, each with `slots` local
-        agent slots, and a client connected to each. (On SQLite: one node.)"""
-        async with self.backend.fresh(name) as env, contextlib.AsyncExitStack() as stack:
+        agent slots (and `env` added to their environment), and a client connected to each. (On
+        SQLite: one node.)"""
+        async with self.backend.fresh(name) as store_env, contextlib.AsyncExitStack() as stack:
+            env = {**store_env, **(env or {})}
             nodes = Nodes([], [])
             for i in range(self.backend.nodes):
                 node = name if self.backend.nodes == 1 else f"{name}-{i + 1}"

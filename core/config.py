@@ -42,6 +42,10 @@ class Settings:
     # before a claim (core/engine.py _gather_free_slots); 0: claim at every freed slot
     claim_coalesce_ms: float = 2.0
     reap_interval_seconds: float = 1.0
+    # Schedules (core/engine.py _fire_due_schedules): due schedules fired per transaction, and how
+    # long before a fire time its schedules are planned (0: planned when due)
+    schedule_fire_batch: int = 500
+    schedule_prepare_seconds: float = 3.0
     # Events
     event_retention_hours: float = 24.0
     # Limits

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -40,10 +41,17 @@ from core.model import (
 from core.obs.metrics import NodeMetrics, NoMetrics
 from core.obs.tracing import Tracing
 from core.protocol import Channel, ChannelClosed
-from core.schedule import ONCE_SLACK_SECONDS, Schedule, jitter_offset, next_fire_times, plan_fires
+from core.schedule import (
+    ONCE_SLACK_SECONDS,
+    Schedule,
+    changed_fields,
+    jitter_offset,
+    next_fire_times,
+    plan_fires,
+)
 from core.schedule.backfill import backfill_times
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
-from core.store.schedule_runs import BackfillResult
+from core.store.schedule_runs import BackfillResult, Firing
 from core.workflow import Deps, Workflow, parent_results_input, validate_workflow
 
 log = logging.getLogger("jobdeck.engine")
@@ -52,6 +60,9 @@ SAFETY_POLL = 1.0  # seconds; loops are woken explicitly, this only bounds a mis
 PRUNE_EVERY = 600.0
 PROMOTE_BATCH = 1000
 FINISHED = frozenset({"job.succeeded", "job.dead", "job.cancelled"})
+FIRE_PREPARE_MAX = 50_000  # schedules planned ahead at once
+BUFFER_SWEEP_EVERY = 30.0  # seconds: the safety net for buffered runs whose release was missed
+PREPARED_VALID = 1.0  # seconds: a plan made ahead is used if the fire is at most this late
 CATCH_UP_LOOKBACK = 366 * 86400.0  # a resumed schedule's missed fire times are looked for this far back
 CATCH_UP_FILTER = EventFilter(types=frozenset({"queue.*", "job.cancel_requested"}))
 
@@ -89,6 +100,8 @@ class Engine:
         self._wake_dispatch = asyncio.Event()
         self._wake_promote = asyncio.Event()
         self._wake_schedules = asyncio.Event()
+        self._prepared: dict[int, Firing] = {}  # schedule id -> its next firing, planned ahead
+        self._prepared_for: float | None = None  # the fire time last planned ahead
         self.next_promote_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self.started_at = self.clock()
@@ -324,9 +337,12 @@ class Engine:
         self._wake_schedules.set()
         return s
 
-    async def update_schedule(self, s: Schedule, event: str = "schedule.updated", resumed: bool = False) -> Schedule:
-        """Write a changed schedule; its next fire time is computed again. A `resumed` schedule's
-        fire times that passed while it was paused are missed ones: its catch-up policy decides."""
+    async def update_schedule(self, s: Schedule, event: str = "schedule.updated", resumed: bool = False,
+                              before: Schedule | None = None) -> Schedule:  # fmt: skip
+        """Write a changed schedule; its next fire time is computed again. Only what differs from
+        `before` (the schedule as read before the change) is written, so a counter or a pause on
+        failure that another transaction wrote meanwhile is kept. A `resumed` schedule's fire times
+        that passed while it was paused are missed ones: its catch-up policy decides."""
         now = self.clock()
         s.updated_at = now
         s.next_fire_at = None if s.paused else self._first_fire(s, now)
@@ -337,7 +353,8 @@ class Engine:
                 first_missed = next_fire_times(s, since, 1)
                 if first_missed and first_missed[0] <= now:
                     s.next_fire_at = first_missed[0]  # due at once: the schedule loop applies the catch-up policy
-        s = await self.store.update_schedule(s, event)
+        columns = None if before is None else changed_fields(before, s)
+        s = await self.store.update_schedule(s, event, columns)
         self._wake_schedules.set()
         return s
 
@@ -349,8 +366,10 @@ class Engine:
                 f"schedule {schedule_id} is {'paused' if paused else 'not paused'} already",
                 state="paused" if paused else "active",
             )
+        before = copy.deepcopy(s)
         s.paused = paused
-        return await self.update_schedule(s, "schedule.paused" if paused else "schedule.resumed", resumed=not paused)
+        event = "schedule.paused" if paused else "schedule.resumed"
+        return await self.update_schedule(s, event, resumed=not paused, before=before)
 
     async def run_schedule_now(self, schedule_id: int) -> Job:
         """Make one job from the schedule's template now, outside its timetable and its policies."""
@@ -371,6 +390,8 @@ class Engine:
         return times, out
 
     def _job_maker(self, s: Schedule, now: float) -> Callable[[float | None], Job]:
+        """The one place a schedule's run is made from its template (every firing, manual run and
+        backfill goes through here): what a fire time turns into."""
         jitter = s.policy.jitter
 
         def make(fire_time: float | None) -> Job:
@@ -379,15 +400,49 @@ class Engine:
 
         return make
 
+    def _firing(self, s: Schedule, now: float) -> Firing:
+        """A due schedule's firing, with the plan made ahead for it (see _prepare_firings) if that
+        still holds at `now`: same row, fired at most PREPARED_VALID late, its next fire time ahead."""
+        ahead = self._prepared.pop(s.id, None)
+        holds = (ahead is not None and ahead.schedule.updated_at == s.updated_at
+                 and ahead.plan.expected_next == s.next_fire_at and now - ahead.plan.expected_next <= PREPARED_VALID
+                 and (ahead.plan.next_fire_at is None or ahead.plan.next_fire_at > now))  # fmt: skip
+        plan = ahead.plan if holds and ahead is not None else plan_fires(s, now)
+        return Firing(s, plan, self._job_maker(s, now))
+
+    async def _prepare_firings(self, at: float) -> None:
+        """Plan the schedules due at `at` (soon) before it comes: the plan is pure CPU (catch-up,
+        next fire time), and 10,000 of them cost seconds that would otherwise make the fire late."""
+        for k, s in enumerate(await self.store.due_schedules(at, FIRE_PREPARE_MAX)):
+            if s.id not in self._prepared and s.next_fire_at is not None:
+                self._prepared[s.id] = Firing(s, plan_fires(s, s.next_fire_at), self._job_maker(s, s.next_fire_at))
+            if k % 200 == 199:
+                await asyncio.sleep(0)  # the API and the other loops go on meanwhile
+
     async def _fire_due_schedules(self) -> None:
-        now = self.clock()
-        for s in await self.store.due_schedules(now):
-            # catch-up (which due times run) here; overlap (what runs beside what) in the store's transaction
-            plan = plan_fires(s, now)
-            fired = await self.store.fire_schedule(s, plan, self._job_maker(s, now))
+        """Fire every due schedule: the prepared ones first, `schedule_fire_batch` of them per
+        transaction, then what else is due (not prepared, or changed since)."""
+        batch = max(1, self.settings.schedule_fire_batch)
+        ready = sorted((f for f in self._prepared.values() if (f.schedule.next_fire_at or 0) <= self.clock()),
+                       key=lambda f: (f.schedule.next_fire_at, f.schedule.id))  # fmt: skip
+        for i in range(0, len(ready), batch):
+            now = self.clock()
+            await self._fire([self._firing(f.schedule, now) for f in ready[i : i + batch]], now)
+        while True:
+            now = self.clock()
+            due = await self.store.due_schedules(now, batch)
+            if due:
+                await self._fire([self._firing(s, now) for s in due], now)
+            if len(due) < batch:
+                return
+
+    async def _fire(self, firings: list[Firing], now: float) -> None:
+        # catch-up (which due times run) was planned; overlap (what runs beside what) is the store's
+        results = await self.store.fire_schedules(firings)
+        for f, fired in zip(firings, results, strict=True):
             if fired is not None:
                 self._after_submit(fired.jobs)
-                self.metrics.schedule_fired(len(fired.jobs), [now - t for t in plan.fire_times], plan.missed_count)
+                self.metrics.schedule_fired(len(fired.jobs), [now - t for t in f.plan.fire_times], f.plan.missed_count)
 
     # ------------------------------------------------------------ agents
 
@@ -515,9 +570,20 @@ class Engine:
             self._wake_dispatch.set()
 
     async def _schedule_loop(self) -> None:
+        swept = self.clock()
         while True:
             await self._fire_due_schedules()
+            if self.clock() - swept >= BUFFER_SWEEP_EVERY:
+                swept = self.clock()
+                moved = await self.store.sweep_buffered_runs()
+                if moved:
+                    log.warning("schedules: %d buffered run(s) moved by the sweep (a release was missed, or their "
+                                "schedule is gone)", moved)  # fmt: skip
             nxt = await self.store.next_schedule_at()
+            ahead = self.settings.schedule_prepare_seconds
+            if nxt is not None and ahead > 0 and nxt - self.clock() <= ahead and nxt != self._prepared_for:
+                self._prepared_for = nxt  # once per fire time: a schedule made later is planned when due
+                await self._prepare_firings(nxt)
             delay = SAFETY_POLL if nxt is None else min(SAFETY_POLL, max(0.0, nxt - self.clock()))
             await self._wait(self._wake_schedules, delay)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 from typing import Annotated
 
@@ -129,6 +130,7 @@ async def update_schedule(schedule_id: ScheduleIdPath, body: ScheduleUpdate, eng
     if body.job is not None:  # moving it to another queue needs that queue too
         await require(request, "schedules.write", [body.job.queue])
     s = await engine.store.get_schedule(schedule_id)
+    before = copy.deepcopy(s)
     was_paused = s.paused
     _apply_timing(s, body, engine.clock())
     if body.name is not None:
@@ -141,7 +143,7 @@ async def update_schedule(schedule_id: ScheduleIdPath, body: ScheduleUpdate, eng
         s.paused = body.paused
     if was_paused and not s.paused:
         _check_will_fire(s, engine.clock())
-    return JSON(schedule_to_dict(await engine.update_schedule(s, resumed=was_paused and not s.paused)))
+    return JSON(schedule_to_dict(await engine.update_schedule(s, resumed=was_paused and not s.paused, before=before)))
 
 
 @router.delete("/schedules/{schedule_id:id}", status_code=204, summary="Delete a schedule (its jobs stay)")

@@ -7,6 +7,7 @@ from core.schedule.fire_times import (
     ONCE_SLACK_SECONDS,
     SHORTCUTS,
     Schedule,
+    changed_fields,
     next_fire_times,
     preview,
     schedule_to_dict,
@@ -28,6 +29,6 @@ from core.schedule.policy import (
 __all__ = [
     "ACTIVE_STATES", "BUFFER_ALL_MAX", "CATCH_UP_MAX", "CATCH_UP_POLICIES", "KINDS", "ONCE_SLACK_SECONDS",
     "OVERLAP_POLICIES", "SHORTCUTS", "FireDecision", "FirePlan", "Run", "Schedule", "SchedulePolicy",
-    "after_run_ended", "check_jitter", "decide_overlap", "jitter_offset", "next_fire_times", "pause_reason",
+    "after_run_ended", "changed_fields", "check_jitter", "decide_overlap", "jitter_offset", "next_fire_times", "pause_reason",
     "plan_fires", "preview", "run_to_release", "schedule_to_dict", "validate_cron", "zone",
 ]  # fmt: skip

@@ -29,20 +29,21 @@ class FirePlan:
     policy: str = "latest"  # the catch-up policy that applied
 
 
-def _between(s: Schedule, first: float, end: float, cap: int) -> list[float]:
-    """Fire times t with first <= t <= end, from `first`, at most `cap` of them."""
+def _between(s: Schedule, first: float, end: float, cap: int) -> tuple[list[float], float | None]:
+    """Fire times t with first <= t <= end, from `first`, at most `cap` of them; and the first fire
+    time after `end` if it was read on the way (None: not read, or there is none)."""
     out = [] if first > end else [first]
-    chunk = 2  # usually the next one is past `end` already: read few, then more and more
+    chunk = 1  # usually the next one is past `end` already: read one, then more and more
     while len(out) < cap:
         nxt = next_fire_times(s, out[-1] if out else first, min(chunk, cap - len(out)))
         chunk = min(chunk * 4, 256)
         for t in nxt:
             if t > end:
-                return out
+                return out, t
             out.append(t)
         if not nxt:
-            return out
-    return out
+            return out, None
+    return out, None
 
 
 def _most_recent(s: Schedule, first: float, now: float, limit: int) -> list[float]:
@@ -52,7 +53,7 @@ def _most_recent(s: Schedule, first: float, now: float, limit: int) -> list[floa
     while True:
         start = max(first, now - width)
         times = next_fire_times(s, start - 1e-6, 1)
-        found = _between(s, times[0], now, 4 * limit + 64) if times and times[0] <= now else []
+        found = _between(s, times[0], now, 4 * limit + 64)[0] if times and times[0] <= now else []
         if len(found) >= limit or start == first:
             return found[-limit:]
         width *= 4
@@ -70,9 +71,11 @@ def plan_fires(s: Schedule, now: float) -> FirePlan:
     first = s.next_fire_at
     assert first is not None and first <= now, "plan_fires is for due schedules"
     policy = s.policy.catch_up
-    following = next_fire_times(s, now, 1)
-    plan = FirePlan(first, [], next_fire_at=following[0] if following else None, policy=policy)
-    due = _between(s, first, now, _SCAN)
+    due, after = _between(s, first, now, _SCAN)
+    if after is None:  # not read on the way (or there is none: then this finds none either)
+        following = next_fire_times(s, now, 1)
+        after = following[0] if following else None
+    plan = FirePlan(first, [], next_fire_at=after, policy=policy)
     complete = len(due) < _SCAN
     if complete:
         count, exact = len(due), True

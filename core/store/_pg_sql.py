@@ -177,6 +177,22 @@ LOCK_ACTIVE_RUNS = (
     f"SELECT id, state, fire_time FROM jobs WHERE schedule_id = $1 AND state IN ({_ACTIVE}) ORDER BY id FOR UPDATE"
 )
 ACTIVE_RUNS = f"SELECT id, state, fire_time FROM jobs WHERE schedule_id = $1 AND state IN ({_ACTIVE}) ORDER BY id"
+#: A firing pass: the unfinished runs of many schedules, locked in id order; then their rows.
+LOCK_ACTIVE_RUNS_OF = (
+    f"SELECT schedule_id, id, state, fire_time FROM jobs WHERE schedule_id = ANY($1::bigint[]) "
+    f"AND state IN ({_ACTIVE}) ORDER BY id FOR UPDATE"
+)
+LOCK_FIRING_STATE = (
+    "SELECT id, next_fire_at, paused, updated_at FROM schedules WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"
+)
+FIRE_TIMES_TAKEN = (
+    "SELECT j.schedule_id, j.fire_time FROM unnest($1::bigint[], $2::float8[]) AS w(sid, ft) "
+    "JOIN jobs j ON j.schedule_id = w.sid AND j.fire_time = w.ft"
+)
+FIRED_UPDATE = (  # values: core.store.schedule_runs.fire_update
+    "UPDATE schedules SET next_fire_at = $1, last_fire_at = greatest(last_fire_at, $2), fired = fired + $3, "
+    "skipped = skipped + $4, missed = missed + $5, last_skipped_at = coalesce($6, last_skipped_at) WHERE id = $7"
+)
 #: A buffered run to release: taken only if no other transaction holds it (no lock waits, no deadlock).
 LOCK_JOB_NOWAIT = f"{SELECT_JOB} WHERE id = $1 AND state = 'blocked' FOR UPDATE SKIP LOCKED"
 EXTEND_LEASES = (
@@ -269,7 +285,19 @@ INSERT_SCHEDULE = (
     f"INSERT INTO schedules ({', '.join(map(_q, SCHEDULE_COLUMNS[1:]))}) "
     f"VALUES ({', '.join(f'${i}' for i in range(1, len(SCHEDULE_COLUMNS)))}) RETURNING id"
 )
-UPDATE_SCHEDULE = (
-    f"UPDATE schedules SET {', '.join(f'{_q(c)} = ${i}' for i, c in enumerate(SCHEDULE_COLUMNS[1:], 1))} "
-    f"WHERE id = ${len(SCHEDULE_COLUMNS)}"
+
+
+def update_schedule_sql(columns: Sequence[str]) -> str:
+    """UPDATE of these schedule columns ($1.. in order), the id last."""
+    sets = ", ".join(f"{_q(c)} = ${i}" for i, c in enumerate(columns, 1))
+    return f"UPDATE schedules SET {sets} WHERE id = ${len(columns) + 1}"
+
+
+#: A schedule's buffered runs (blocked by its overlap policy, not by dependencies), locked in id order.
+LOCK_BUFFERED_RUNS = (
+    f"{SELECT_JOB} WHERE schedule_id = $1 AND state = 'blocked' AND deps_left = 0 ORDER BY id FOR UPDATE"
+)
+#: The schedules that have buffered runs (the sweep looks at each).
+BUFFERED_SCHEDULES = (
+    "SELECT DISTINCT schedule_id FROM jobs WHERE state = 'blocked' AND deps_left = 0 AND schedule_id IS NOT NULL"
 )

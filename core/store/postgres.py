@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
@@ -58,13 +58,19 @@ from core.store.relay_cursors import PostgresRelayCursors
 from core.store.schedule_runs import (
     BackfillResult,
     FireResult,
+    Firing,
     MakeJob,
     after_runs_ended,
+    decide_firing,
+    deleted_reason,
     emit_backfill_event,
     emit_fire_events,
     ended_runs,
+    fire_update,
     jobs_to_make,
-    schedule_updates,
+    needs_active_runs,
+    still_due,
+    with_reason,
 )
 from core.store.slo import PostgresSLO
 from core.workflow import (
@@ -686,31 +692,80 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
         """Every schedule, by id."""
         return [sql.to_schedule(r) for r in await self._fetch(f"{sql.SELECT_SCHEDULE} ORDER BY id")]
 
-    async def update_schedule(self, s: Schedule, event: str) -> Schedule:
-        """Write every field of `s` (which must exist) and an event of type `event`."""
+    async def update_schedule(self, s: Schedule, event: str, columns: Collection[str] | None = None) -> Schedule:
+        """Write these `columns` of `s` (every one when None) and an event of type `event`; the
+        answer and the event carry the schedule as stored (counters another transaction moved meanwhile
+        included)."""
+        names = [c for c in sql.SCHEDULE_COLUMNS[1:] if columns is None or c in columns]
 
         async def op(tx: PgTx) -> Schedule:
-            if await tx.conn.execute(sql.UPDATE_SCHEDULE, *sql.schedule_row(s), s.id) == "UPDATE 0":
+            values = dict(zip(sql.SCHEDULE_COLUMNS[1:], sql.schedule_row(s), strict=True))
+            if names and await tx.conn.execute(sql.update_schedule_sql(names), *(values[c] for c in names),
+                                               s.id) == "UPDATE 0":  # fmt: skip
                 raise NotFound(f"no schedule with id {s.id}", field="id")
-            tx.emit(event, None, s.job.get("queue"), {"schedule": schedule_to_dict(s)})
-            return s
+            row = await tx.conn.fetchrow(f"{sql.SELECT_SCHEDULE} WHERE id = $1", s.id)
+            if row is None:
+                raise NotFound(f"no schedule with id {s.id}", field="id")
+            stored = sql.to_schedule(row)
+            tx.emit(event, None, stored.job.get("queue"), {"schedule": schedule_to_dict(stored)})
+            return stored
 
         return await self._write(op)
 
     async def delete_schedule(self, schedule_id: int) -> None:
-        """Remove a schedule; the jobs it made stay."""
+        """Remove a schedule; the jobs it made stay, but its buffered runs (waiting for the run before
+        them) are cancelled with the reason. Locks as a firing does: its runs, then its row."""
 
         async def op(tx: PgTx) -> None:
-            if await tx.conn.execute("DELETE FROM schedules WHERE id = $1", schedule_id) == "DELETE 0":
+            c = tx.conn
+            await c.fetch(sql.LOCK_ACTIVE_RUNS, schedule_id)
+            if await c.fetchval("SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE", schedule_id) is None:
                 raise NotFound(f"no schedule with id {schedule_id}", field="id")
-            tx.emit("schedule.deleted", None, None, {"schedule_id": schedule_id})
+            held = await self._cancel_buffered(tx, schedule_id)  # read after the row lock: a firing's are in
+            await c.execute("DELETE FROM schedules WHERE id = $1", schedule_id)
+            tx.emit("schedule.deleted", None, None, {"schedule_id": schedule_id, "cancelled": held})
 
         await self._write(op)
 
-    async def due_schedules(self, now: float) -> list[Schedule]:
-        """Unpaused schedules whose next fire time has come."""
-        query = f"{sql.SELECT_SCHEDULE} WHERE NOT paused AND next_fire_at <= $1 ORDER BY next_fire_at LIMIT 1000"
-        return [sql.to_schedule(r) for r in await self._fetch(query, now)]
+    async def _cancel_buffered(self, tx: PgTx, schedule_id: int) -> list[int]:
+        locked = {j.id: j for j in sql.to_jobs(await tx.conn.fetch(sql.LOCK_BUFFERED_RUNS, schedule_id))}
+        if locked:
+            reason = deleted_reason(schedule_id)
+            applier = JobChanges(tx)
+            apply_decisions(
+                locked, dict.fromkeys(locked, lambda j: with_reason(self._cancel(j), reason)), applier.apply
+            )
+            await applier.flush()
+        return sorted(locked)
+
+    async def sweep_buffered_runs(self) -> int:
+        """The safety net for buffered runs: cancel those whose schedule is gone, and start a
+        schedule's oldest one when nothing else of it goes (its release was skipped: another
+        transaction held the run then). Returns how many runs it moved."""
+        moved = 0
+        for (sid,) in await self._fetch(sql.BUFFERED_SCHEDULES):
+
+            async def op(tx: PgTx, sid: int = sid) -> int:
+                c = tx.conn
+                active = [Run(*r) for r in await c.fetch(sql.LOCK_ACTIVE_RUNS, sid)]
+                if await c.fetchval("SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE", sid) is None:
+                    return len(await self._cancel_buffered(tx, sid))
+                job_id = run_to_release(active)
+                if job_id is None:
+                    return 0
+                locked = {j.id: j for j in sql.to_jobs(await c.fetch(sql.LOCK_JOBS, [job_id]))}
+                applier = JobChanges(tx)
+                apply_decisions(locked, {job_id: self._release}, applier.apply)
+                await applier.flush()
+                return 1
+
+            moved += await self._write(op)
+        return moved
+
+    async def due_schedules(self, now: float, limit: int = 1000) -> list[Schedule]:
+        """Unpaused schedules whose next fire time has come (by `now`), soonest first."""
+        query = f"{sql.SELECT_SCHEDULE} WHERE NOT paused AND next_fire_at <= $1 ORDER BY next_fire_at, id LIMIT $2"
+        return [sql.to_schedule(r) for r in await self._fetch(query, now, limit)]
 
     async def next_schedule_at(self) -> float | None:
         """The earliest next fire time of an unpaused schedule."""
@@ -720,41 +775,64 @@ class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications
     async def fire_schedule(self, s: Schedule, plan: FirePlan | None, make_job: MakeJob) -> FireResult | None:
         """Fire the due times of `plan` under the schedule's overlap policy, each fire time at most once
         (`plan=None`: one manual run, outside the policies). None if the schedule changed since the
-        plan was made (another node fired it, it was paused or edited).
+        plan was made (another node fired it, it was paused or edited)."""
+        if plan is not None:
+            return (await self.fire_schedules([Firing(s, plan, make_job)]))[0]
 
-        Locks: the schedule's runs that have not ended (in id order, as change_jobs takes jobs), then
-        the schedule's row, so nodes firing it take turns and a run ending on another node is either
-        seen as ended or still going, never half-way. The unique key on (schedule_id, fire_time) is
-        the backstop."""
-
-        async def op(tx: PgTx) -> FireResult | None:
+        async def op(tx: PgTx) -> FireResult:
             c = tx.conn
-            active = [] if plan is None else [Run(*r) for r in await c.fetch(sql.LOCK_ACTIVE_RUNS, s.id)]
-            row = await c.fetchrow("SELECT next_fire_at, paused FROM schedules WHERE id = $1 FOR UPDATE", s.id)
-            if row is None:
+            if await c.fetchval("SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE", s.id) is None:
                 raise NotFound(f"no schedule with id {s.id}", field="id")
-            if plan is None:
-                job = make_job(None)
-                job.schedule_id, job.fire_time = s.id, None
-                await insert_jobs(tx, [job], self._job_id_seq)
-                await c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = $1", s.id)
-                tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": None})
-                return FireResult([job])
-            if row[0] != plan.expected_next or row[1]:
-                return None
-            known = set(await _runs_at(c, s.id, plan.fire_times))
-            decision, jobs = jobs_to_make(s, plan.fire_times, active, known, make_job)
-            made = await insert_jobs(tx, jobs, self._job_id_seq)
-            if decision.cancel:
-                locked = {j.id: j for j in sql.to_jobs(await c.fetch(sql.LOCK_JOBS, decision.cancel))}
+            job = make_job(None)
+            job.schedule_id, job.fire_time = s.id, None
+            await insert_jobs(tx, [job], self._job_id_seq)
+            await c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = $1", s.id)
+            tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": None})
+            return FireResult([job])
+
+        return await self._write(op)
+
+    async def fire_schedules(self, firings: Sequence[Firing]) -> list[FireResult | None]:
+        """Fire many due schedules in one transaction, a few statements for the lot. A None in the
+        answer: that schedule changed since its plan was made (another node fired it first).
+
+        Locks: the unfinished runs of the schedules whose policy reads them (in job id order, as
+        change_jobs takes jobs), then the schedules' rows (in id order), so nodes firing a schedule
+        take turns and a run ending on another node is either seen as ended or still going, never
+        half-way. The unique key on (schedule_id, fire_time) is the backstop."""
+
+        async def op(tx: PgTx) -> list[FireResult | None]:
+            c = tx.conn
+            watched = sorted({f.schedule.id for f in firings if needs_active_runs(f)})
+            active: dict[int, list[Run]] = {}
+            for r in await c.fetch(sql.LOCK_ACTIVE_RUNS_OF, watched) if watched else []:
+                active.setdefault(r[0], []).append(Run(r[1], r[2], r[3]))
+            rows = await c.fetch(sql.LOCK_FIRING_STATE, sorted({f.schedule.id for f in firings}))
+            state = {r[0]: (r[1], r[2], r[3]) for r in rows}
+            live = [(i, f) for i, f in enumerate(firings) if still_due(f, state.get(f.schedule.id))]
+            pairs = [(f.schedule.id, t) for _, f in live for t in f.plan.fire_times]
+            taken = await c.fetch(sql.FIRE_TIMES_TAKEN, [p[0] for p in pairs], [p[1] for p in pairs]) if pairs else []
+            known = {(int(r[0]), float(r[1])) for r in taken}
+            fired = [(i, f, decide_firing(f, active.get(f.schedule.id, []),
+                                          {t for t in f.plan.fire_times if (f.schedule.id, t) in known}))
+                     for i, f in live]  # fmt: skip
+            made = {j.id for j in await insert_jobs(tx, [j for _, _, res in fired for j in res.jobs], self._job_id_seq)}
+            cancel: list[int] = []
+            for _, _, res in fired:
+                res.jobs = [j for j in res.jobs if j.id in made]  # a unique key refused the others
+                cancel.extend(res.decision.cancel)
+            if cancel:
+                locked = {j.id: j for j in sql.to_jobs(await c.fetch(sql.LOCK_JOBS, sorted(set(cancel))))}
                 applier = JobChanges(tx)
-                apply_decisions(locked, dict.fromkeys(decision.cancel, self._cancel), applier.apply)
+                apply_decisions(locked, dict.fromkeys(cancel, self._cancel), applier.apply)
                 await applier.flush()
-            cols = schedule_updates(s, plan, decision, made)
-            sets = ", ".join(f"{k} = ${i}" for i, k in enumerate(cols, 2))
-            await c.execute(f"UPDATE schedules SET {sets} WHERE id = $1", s.id, *cols.values())
-            emit_fire_events(tx, s, plan, decision, made)
-            return FireResult(made, decision, plan)
+            if fired:
+                await c.executemany(sql.FIRED_UPDATE, [fire_update(f, res) for _, f, res in fired])
+            out: list[FireResult | None] = [None] * len(firings)
+            for i, f, res in fired:
+                emit_fire_events(tx, f.schedule, f.plan, res.decision, res.jobs)
+                out[i] = res
+            return out
 
         return await self._write(op)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.model import FINAL_STATES, Job, iso
+from core.model import FINAL_STATES, Change, Job, iso
 from core.schedule import (
     ACTIVE_STATES,
     FireDecision,
@@ -58,19 +58,45 @@ def jobs_to_make(s: Schedule, fire_times: list[float], active: list[Run], known:
     return decision, jobs
 
 
-def schedule_updates(s: Schedule, plan: FirePlan, decision: FireDecision, made: list[Job]) -> dict[str, Any]:
-    """The schedule's columns after a firing: next and last fire time, and what it counts."""
+@dataclass(slots=True)
+class Firing:
+    """One due schedule as the loop planned it: the schedule read then, its plan, its job maker."""
+
+    schedule: Schedule
+    plan: FirePlan
+    make_job: MakeJob
+
+
+def still_due(f: Firing, row: tuple[Any, ...] | None) -> bool:
+    """True if the schedule's row (next_fire_at, paused, updated_at) is as the plan was made from:
+    no other pass or node fired it since, nobody paused, edited or deleted it."""
+    if row is None:
+        return False
+    next_fire_at, paused, updated_at = row
+    return next_fire_at == f.plan.expected_next and not paused and updated_at == f.schedule.updated_at
+
+
+def needs_active_runs(f: Firing) -> bool:
+    """Whether the overlap decision reads the schedule's unfinished runs (allow never does)."""
+    return f.schedule.policy.overlap != "allow"
+
+
+def decide_firing(f: Firing, active: list[Run], known: set[float]) -> FireResult:
+    """The overlap decision of one due schedule and the jobs it makes (not yet stored)."""
+    decision, jobs = jobs_to_make(f.schedule, f.plan.fire_times, active, known, f.make_job)
+    return FireResult(jobs, decision, f.plan)
+
+
+def fire_update(f: Firing, r: FireResult) -> tuple[Any, ...]:
+    """The schedule's row change after a firing, as values for the store's FIRED_UPDATE:
+    (next_fire_at, last_fire_at, fired +, skipped +, missed +, last_skipped_at or None, id).
+    Counters are added to, never written from the row read earlier, so a run ending on another
+    transaction (failures, pause on failure) or a concurrent edit loses nothing."""
+    plan, decision = f.plan, r.decision
     considered = [*plan.fire_times, *plan.missed]
     last = max(considered) if considered else plan.expected_next
-    skipped_at = max(decision.skip) if decision.skip else s.last_skipped_at
-    return {
-        "next_fire_at": plan.next_fire_at,
-        "last_fire_at": max(last, s.last_fire_at or last),
-        "fired": s.fired + len(made),
-        "skipped": s.skipped + len(decision.skip),
-        "missed": s.missed + plan.missed_count,
-        "last_skipped_at": skipped_at,
-    }
+    skipped_at = max(decision.skip) if decision.skip else None
+    return (plan.next_fire_at, last, len(r.jobs), len(decision.skip), plan.missed_count, skipped_at, f.schedule.id)
 
 
 def emit_fire_events(tx: Outbox, s: Schedule, plan: FirePlan, decision: FireDecision, made: list[Job]) -> None:
@@ -123,6 +149,17 @@ def after_runs_ended(tx: Outbox, s: Schedule, ended: list[Job], now: float) -> d
         tx.emit("schedule.paused", None, s.job.get("queue") or "default",
                 {"schedule": schedule_to_dict(s), "reason": reason, "failures": failures})  # fmt: skip
     return cols
+
+
+def with_reason(change: Change, reason: str) -> Change:
+    """A cancel decision that says why (the job.cancelled event carries it)."""
+    change.data["reason"] = reason
+    return change
+
+
+def deleted_reason(schedule_id: int) -> str:
+    """Why a buffered run of a deleted schedule was cancelled."""
+    return f"schedule {schedule_id} was deleted: its buffered run will not start"
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
@@ -68,13 +68,19 @@ from core.store.schedule_runs import (
     ACTIVE_SQL,
     BackfillResult,
     FireResult,
+    Firing,
     MakeJob,
     after_runs_ended,
+    decide_firing,
+    deleted_reason,
     emit_backfill_event,
     emit_fire_events,
     ended_runs,
+    fire_update,
     jobs_to_make,
-    schedule_updates,
+    needs_active_runs,
+    still_due,
+    with_reason,
 )
 from core.store.slo import SQLiteSLO
 from core.workflow import (
@@ -107,6 +113,23 @@ SCHEDULE_COLUMNS = (
 _SELECT_SCHEDULE = f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules"
 _CHUNK = 500
 _ACTIVE_RUNS = f"SELECT id, state, fire_time FROM jobs WHERE schedule_id = ? AND state IN ({ACTIVE_SQL}) ORDER BY id"
+# A schedule's buffered runs (blocked by its overlap policy, not by dependencies), and the schedules
+# that have any (the safety-net sweep looks at each).
+_BUFFERED_RUNS = "SELECT id FROM jobs WHERE schedule_id = ? AND state = 'blocked' AND deps_left = 0 ORDER BY id"
+_BUFFERED_SCHEDULES = (
+    "SELECT DISTINCT schedule_id FROM jobs WHERE state = 'blocked' AND deps_left = 0 AND schedule_id IS NOT NULL"
+)
+# A firing pass reads these for many schedules at once ({} is the list of ids).
+_FIRING_STATE = "SELECT id, next_fire_at, paused, updated_at FROM schedules WHERE id IN ({})"
+_ACTIVE_RUNS_OF = (
+    "SELECT schedule_id, id, state, fire_time FROM jobs "
+    f"WHERE schedule_id IN ({{}}) AND state IN ({ACTIVE_SQL}) ORDER BY id"
+)
+_FIRED_UPDATE = (  # values: core.store.schedule_runs.fire_update
+    "UPDATE schedules SET next_fire_at = ?1, last_fire_at = max(coalesce(last_fire_at, ?2), ?2), "
+    "fired = fired + ?3, skipped = skipped + ?4, missed = missed + ?5, "
+    "last_skipped_at = coalesce(?6, last_skipped_at) WHERE id = ?7"
+)
 
 
 # The hot queries name their partial index: without statistics SQLite's planner prefers jobs_state
@@ -302,6 +325,25 @@ def _runs_at(c: sqlite3.Connection, schedule_id: int, fire_times: Sequence[float
     for chunk in _chunks(fire_times):
         q = f"SELECT fire_time, id, state FROM jobs WHERE schedule_id = ? AND fire_time IN ({', '.join('?' * len(chunk))})"
         out.update({r[0]: (r[1], r[2]) for r in c.execute(q, (schedule_id, *chunk))})
+    return out
+
+
+def _in_chunks(c: sqlite3.Connection, sql: str, ids: Sequence[int]) -> list[Any]:
+    """The rows of `sql` (with `{}` for a list of ids) for every id, a chunk of ids per statement."""
+    out: list[Any] = []
+    for chunk in _chunks(ids):
+        out.extend(c.execute(sql.format(", ".join("?" * len(chunk))), tuple(chunk)))
+    return out
+
+
+def _fire_times_taken(c: sqlite3.Connection, pairs: Sequence[tuple[int, float]]) -> set[tuple[int, float]]:
+    """Which (schedule_id, fire_time) pairs have a job already (a backfill or another pass made it)."""
+    out: set[tuple[int, float]] = set()
+    for chunk in _chunks(pairs):
+        values = ", ".join("(?, ?)" for _ in chunk)
+        q = (f"WITH want(sid, ft) AS (VALUES {values}) SELECT want.sid, want.ft FROM want "
+             "JOIN jobs ON jobs.schedule_id = want.sid AND jobs.fire_time = want.ft")  # fmt: skip
+        out.update((int(r[0]), float(r[1])) for r in c.execute(q, [v for p in chunk for v in p]))
     return out
 
 
@@ -964,36 +1006,75 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         """Every schedule, by id."""
         return await self._read(lambda c: [_schedule(r) for r in c.execute(f"{_SELECT_SCHEDULE} ORDER BY id")])
 
-    async def update_schedule(self, s: Schedule, event: str) -> Schedule:
-        """Write every field of `s` (which must exist) and an event of type `event`."""
+    async def update_schedule(self, s: Schedule, event: str, columns: Collection[str] | None = None) -> Schedule:
+        """Write these `columns` of `s` (every one when None) and an event of type `event`; the
+        answer and the event carry the schedule as stored (counters another transaction moved meanwhile
+        included)."""
+        names = [c for c in SCHEDULE_COLUMNS[1:] if columns is None or c in columns]
 
         def op(tx: Tx) -> Schedule:
-            cols = SCHEDULE_COLUMNS[1:]
-            cur = tx.conn.execute(
-                f"UPDATE schedules SET {', '.join(c + ' = ?' for c in cols)} WHERE id = ?",
-                (*self._schedule_row(s), s.id),
-            )
-            if cur.rowcount == 0:
+            c = tx.conn
+            values = dict(zip(SCHEDULE_COLUMNS[1:], self._schedule_row(s), strict=True))
+            if names and c.execute(f"UPDATE schedules SET {', '.join(n + ' = ?' for n in names)} WHERE id = ?",
+                                   (*(values[n] for n in names), s.id)).rowcount == 0:  # fmt: skip
                 raise NotFound(f"no schedule with id {s.id}", field="id")
-            tx.emit(event, None, s.job.get("queue"), {"schedule": schedule_to_dict(s)})
-            return s
+            row = c.execute(f"{_SELECT_SCHEDULE} WHERE id = ?", (s.id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no schedule with id {s.id}", field="id")
+            stored = _schedule(row)
+            tx.emit(event, None, stored.job.get("queue"), {"schedule": schedule_to_dict(stored)})
+            return stored
 
         return await self._write(op)
 
     async def delete_schedule(self, schedule_id: int) -> None:
-        """Remove a schedule; the jobs it made stay."""
+        """Remove a schedule; the jobs it made stay, but its buffered runs (waiting for the run before
+        them) are cancelled with the reason."""
 
         def op(tx: Tx) -> None:
             if tx.conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,)).rowcount == 0:
                 raise NotFound(f"no schedule with id {schedule_id}", field="id")
-            tx.emit("schedule.deleted", None, None, {"schedule_id": schedule_id})
+            held = self._cancel_buffered(tx, schedule_id)
+            tx.emit("schedule.deleted", None, None, {"schedule_id": schedule_id, "cancelled": held})
 
         await self._write(op)
 
-    async def due_schedules(self, now: float) -> list[Schedule]:
-        """Unpaused schedules whose next fire time has come."""
-        sql = f"{_SELECT_SCHEDULE} WHERE paused = 0 AND next_fire_at <= ? ORDER BY next_fire_at LIMIT 1000"
-        return await self._read(lambda c: [_schedule(r) for r in c.execute(sql, (now,))])
+    def _cancel_buffered(self, tx: Tx, schedule_id: int) -> list[int]:
+        held = [r[0] for r in tx.conn.execute(_BUFFERED_RUNS, (schedule_id,))]
+        if held:
+            reason = deleted_reason(schedule_id)
+            applier = _Applier(tx)
+            apply_decisions(_load_jobs(tx.conn, held), dict.fromkeys(held, lambda j: with_reason(self._cancel(j), reason)),
+                            applier.apply)  # fmt: skip
+            applier.flush()
+        return held
+
+    async def sweep_buffered_runs(self) -> int:
+        """The safety net for buffered runs: cancel those whose schedule is gone, and start a
+        schedule's oldest one when nothing else of it goes (a release that did not happen).
+        Returns how many runs it moved."""
+
+        def op(tx: Tx) -> int:
+            c = tx.conn
+            moved = 0
+            for (sid,) in c.execute(_BUFFERED_SCHEDULES).fetchall():
+                if c.execute("SELECT 1 FROM schedules WHERE id = ?", (sid,)).fetchone() is None:
+                    moved += len(self._cancel_buffered(tx, sid))
+                    continue
+                job_id = run_to_release([Run(*r) for r in c.execute(_ACTIVE_RUNS, (sid,))])
+                if job_id is not None:
+                    applier = _Applier(tx)
+                    apply_decisions(_load_jobs(c, [job_id]), {job_id: self._release}, applier.apply)
+                    applier.flush()
+                    moved += 1
+            return moved
+
+        return await self._write(op)
+
+    async def due_schedules(self, now: float, limit: int = 1000) -> list[Schedule]:
+        """Unpaused schedules whose next fire time has come (by `now`), soonest first."""
+        sql = f"{_SELECT_SCHEDULE} WHERE paused = 0 AND next_fire_at <= ? ORDER BY next_fire_at, id LIMIT ?"
+        return await self._read(lambda c: [_schedule(r) for r in c.execute(sql, (now, limit))])
 
     async def next_schedule_at(self) -> float | None:
         """The earliest next fire time of an unpaused schedule."""
@@ -1004,36 +1085,50 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         """Fire the due times of `plan` under the schedule's overlap policy, each fire time at most once
         (`plan=None`: one manual run, outside the policies). None if the schedule changed since the
         plan was made (another pass fired it, it was paused or edited)."""
+        if plan is not None:
+            return (await self.fire_schedules([Firing(s, plan, make_job)]))[0]
 
-        def op(tx: Tx) -> FireResult | None:
+        def op(tx: Tx) -> FireResult:
             c = tx.conn
-            row = c.execute("SELECT next_fire_at, paused FROM schedules WHERE id = ?", (s.id,)).fetchone()
-            if row is None:
+            if c.execute("SELECT 1 FROM schedules WHERE id = ?", (s.id,)).fetchone() is None:
                 raise NotFound(f"no schedule with id {s.id}", field="id")
-            if plan is None:
-                job = make_job(None)
-                job.schedule_id, job.fire_time = s.id, None
-                _insert_jobs(tx, [job])
-                c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = ?", (s.id,))
-                tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": None})
-                return FireResult([job])
-            if row[0] != plan.expected_next or row[1]:
-                return None
-            active = [Run(*r) for r in c.execute(_ACTIVE_RUNS, (s.id,))]
-            known = set(_runs_at(c, s.id, plan.fire_times))
-            decision, jobs = jobs_to_make(s, plan.fire_times, active, known, make_job)
-            _insert_jobs(tx, jobs)
-            if decision.cancel:
+            job = make_job(None)
+            job.schedule_id, job.fire_time = s.id, None
+            _insert_jobs(tx, [job])
+            c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = ?", (s.id,))
+            tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": None})
+            return FireResult([job])
+
+        return await self._write(op)
+
+    async def fire_schedules(self, firings: Sequence[Firing]) -> list[FireResult | None]:
+        """Fire many due schedules in one transaction (see fire_schedule): a few statements for the
+        lot, not a transaction per fire time. A None in the answer: that schedule changed since its
+        plan was made, and nothing of it was written."""
+
+        def op(tx: Tx) -> list[FireResult | None]:
+            c = tx.conn
+            state = {r[0]: r[1:] for r in _in_chunks(c, _FIRING_STATE, [f.schedule.id for f in firings])}
+            live = [(i, f) for i, f in enumerate(firings) if still_due(f, state.get(f.schedule.id))]
+            active: dict[int, list[Run]] = {}
+            for sid, *run in _in_chunks(c, _ACTIVE_RUNS_OF, [f.schedule.id for _, f in live if needs_active_runs(f)]):
+                active.setdefault(sid, []).append(Run(*run))
+            known = _fire_times_taken(c, [(f.schedule.id, t) for _, f in live for t in f.plan.fire_times])
+            fired = [(i, f, decide_firing(f, active.get(f.schedule.id, []),
+                                          {t for t in f.plan.fire_times if (f.schedule.id, t) in known}))
+                     for i, f in live]  # fmt: skip
+            _insert_jobs(tx, [j for _, _, res in fired for j in res.jobs])
+            cancel = [job_id for _, _, res in fired for job_id in res.decision.cancel]
+            if cancel:
                 applier = _Applier(tx)
-                cancel = self._cancel
-                apply_decisions(_load_jobs(c, decision.cancel), dict.fromkeys(decision.cancel, cancel), applier.apply)
+                apply_decisions(_load_jobs(c, cancel), dict.fromkeys(cancel, self._cancel), applier.apply)
                 applier.flush()
-            cols = schedule_updates(s, plan, decision, jobs)
-            c.execute(
-                f"UPDATE schedules SET {', '.join(k + ' = ?' for k in cols)} WHERE id = ?", (*cols.values(), s.id)
-            )
-            emit_fire_events(tx, s, plan, decision, jobs)
-            return FireResult(jobs, decision, plan)
+            c.executemany(_FIRED_UPDATE, [fire_update(f, res) for _, f, res in fired])
+            out: list[FireResult | None] = [None] * len(firings)
+            for i, f, res in fired:
+                emit_fire_events(tx, f.schedule, f.plan, res.decision, res.jobs)
+                out[i] = res
+            return out
 
         return await self._write(op)
 

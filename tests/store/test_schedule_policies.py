@@ -16,6 +16,7 @@ import orjson
 from core.model import RunResult, decide_cancel, decide_finish, utcnow
 from core.schedule import BUFFER_ALL_MAX, FirePlan, Schedule, SchedulePolicy
 from core.store.base import ClaimRequest, JobFilter
+from core.store.schedule_runs import Firing
 from tests.store.conftest import POLICY, StoreKit
 from tests.store.test_conformance import a_schedule, new_job, two_nodes
 
@@ -154,6 +155,107 @@ async def test_missed_fire_times_are_counted_and_a_known_fire_time_is_not_made_t
     again = FirePlan(expected_next=t + 180, fire_times=[t + 120, t + 180], next_fire_at=t + 240)
     refired = await kit.store.fire_schedule(stored, again, make_job)
     assert [j.fire_time for j in refired.jobs] == [t + 180], "t + 120 has its job already"
+
+
+async def test_one_pass_fires_many_schedules_together_and_leaves_out_one_edited_since_its_plan(kit: StoreKit) -> None:
+    t = utcnow() - 300
+    busy, free, edited = [await schedule(kit, p, t) for p in ("skip", "allow", "allow")]
+    await fire(kit, busy, t)  # its run is still queued: the next fire time is skipped
+    planned = [await kit.store.get_schedule(x.id) for x in (busy, free, edited)]
+    change = await kit.store.get_schedule(edited.id)
+    change.job, change.updated_at = {**change.job, "queue": "elsewhere"}, change.updated_at + 1
+    await kit.store.update_schedule(change, "schedule.updated")
+    kit.committed.clear()
+    out = await kit.store.fire_schedules([Firing(x, plan(t + 60, expected=x.next_fire_at), make_job) for x in planned])
+    assert out[0] is not None and out[0].jobs == [] and out[0].decision.skip == [t + 60]
+    assert out[1] is not None and [j.fire_time for j in out[1].jobs] == [t + 60]
+    assert out[2] is None, "edited after the plan was made: not fired from the old template"
+    got = {x.id: await kit.store.get_schedule(x.id) for x in (busy, free, edited)}
+    assert (got[busy.id].fired, got[busy.id].skipped, got[busy.id].next_fire_at) == (1, 1, t + 120)
+    assert (got[free.id].fired, got[free.id].next_fire_at) == (1, t + 120)
+    assert (got[edited.id].fired, got[edited.id].next_fire_at) == (0, t), "left for the next pass to plan again"
+    types = sorted(e.type for e in kit.committed)
+    assert types == ["job.created", "schedule.fired", "schedule.skipped"], types
+
+
+async def test_a_firing_adds_to_the_counters_as_they_are_now_not_as_the_plan_read_them(kit: StoreKit) -> None:
+    t = utcnow() - 300
+    s = await schedule(kit, "allow", t)
+    planned = await kit.store.get_schedule(s.id)
+    await kit.store.fire_schedule(planned, None, make_job)  # a manual run after the plan was read
+    await kit.store.fire_schedule(planned, plan(t, missed=2), make_job)
+    stored = await kit.store.get_schedule(s.id)
+    assert (stored.fired, stored.missed) == (2, 2), f"fired {stored.fired} (expected 2), missed {stored.missed}"
+
+
+async def test_deleting_a_schedule_cancels_its_buffered_runs_with_the_reason_and_keeps_the_rest(kit: StoreKit) -> None:
+    t = utcnow() - 600
+    s = await schedule(kit, "buffer_all", t)
+    fired = await fire(kit, s, t, t + 60, t + 120)
+    held = [j.id for j in fired.jobs[1:]]
+    kit.committed.clear()
+    await kit.store.delete_schedule(s.id)
+    assert await states(kit, s) == [(t, "queued"), (t + 60, "cancelled"), (t + 120, "cancelled")]
+    cancelled = [e for e in events(kit, "job.cancelled")]
+    assert [e["job"]["id"] for e in cancelled] == held, cancelled
+    assert all(f"schedule {s.id} was deleted" in e["reason"] for e in cancelled), cancelled
+    [deleted] = events(kit, "schedule.deleted")
+    assert deleted == {"schedule_id": s.id, "cancelled": held}
+    assert await run_and_finish(kit) == [fired.jobs[0].id], "the run that was going still runs"
+
+
+async def _raw(kit: StoreKit, statement: str, *args: Any) -> None:
+    """A statement outside the store (data an older version left behind)."""
+    if kit.kind == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(kit.url)
+        conn.execute(statement.replace("$1", "?"), args)
+        conn.commit()
+        conn.close()
+    else:
+        import asyncpg
+
+        pg = await asyncpg.connect(kit.url)
+        try:
+            await pg.execute(statement, *args)
+        finally:
+            await pg.close()
+
+
+async def test_the_sweep_cancels_buffered_runs_whose_schedule_is_gone(kit: StoreKit) -> None:
+    t = utcnow() - 600
+    s = await schedule(kit, "buffer_one", t)
+    await fire(kit, s, t)
+    held = (await fire(kit, s, t + 60)).jobs[0]
+    await _raw(kit, "DELETE FROM schedules WHERE id = $1", s.id)  # deleted by a version that left them blocked
+    assert await kit.store.sweep_buffered_runs() == 1
+    job = await kit.store.get_job(held.id)
+    assert job.state == "cancelled", job.state
+    assert await kit.store.sweep_buffered_runs() == 0
+
+
+@two_nodes
+async def test_the_sweep_starts_a_buffered_run_whose_release_was_skipped(kit: StoreKit) -> None:
+    """The run before it ended while another transaction held the buffered run's row: SKIP LOCKED
+    left it blocked with nothing going. The sweep starts it."""
+    import asyncpg
+
+    t = utcnow() - 600
+    s = await schedule(kit, "buffer_one", t)
+    await fire(kit, s, t)
+    held = (await fire(kit, s, t + 60)).jobs[0]
+    pg = await asyncpg.connect(kit.url)
+    try:
+        async with pg.transaction():
+            await pg.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", held.id)
+            await run_and_finish(kit)
+    finally:
+        await pg.close()
+    assert await states(kit, s) == [(t, "succeeded"), (t + 60, "blocked")], "the release was skipped"
+    assert await kit.store.sweep_buffered_runs() == 1
+    assert await states(kit, s) == [(t, "succeeded"), (t + 60, "queued")]
+    assert await kit.store.sweep_buffered_runs() == 0, "nothing left to move"
 
 
 async def test_a_cancelled_buffered_run_is_not_started_and_the_next_one_is(kit: StoreKit) -> None:
