@@ -317,8 +317,12 @@ class AgentRuntime:
                     result=result,
                     retryable=outcome.retryable,
                 )
+                if outcome.breaker_ok is not None:
+                    report["breaker_ok"] = outcome.breaker_ok
         except TimeoutError:
             report.update(outcome="timeout", error=f"timed out after {a.get('timeout')} s")
+            if task.get("kind") == "http":  # the host did not answer in time: unwell, for its breaker
+                report["breaker_ok"] = False
         except asyncio.CancelledError:
             if key in self._cancelled:
                 report.update(outcome="cancelled", error="cancelled by request")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.agent_session import AgentSession
+from core.breaker import breaker_key
 from core.errors import JobDeckError, NotFound
 from core.flow import UNLIMITED, Bucket, waiting_reason
 from core.model import Job, RunResult, decide_finish, decide_hand_back, decide_lost, labels_satisfied, labels_text
@@ -30,6 +31,12 @@ RUN_RESULT_FIELDS = frozenset(f.name for f in dataclasses.fields(RunResult))
 def _pairs(value: Any) -> list[tuple[int, int]]:
     """[[job, attempt], ...] of a register or heartbeat message as tuples."""
     return [(int(j), int(a)) for j, a in value or []]
+
+
+def _room_for(s: AgentSession, queue: str) -> bool:
+    """Whether the agent's next claims may take a job of `queue` now."""
+    return any(c.limit > 0 and (c.queues is None or queue in c.queues) and queue not in c.leave
+               and (c.caps is None or c.caps.get(queue, c.limit) > 0) for c in s.claims())  # fmt: skip
 
 
 class AgentHub:
@@ -272,7 +279,25 @@ class AgentHub:
             return f"no connected agent has the labels {labels_text(job.labels)}"
         if all(a[2] for a in able):
             return "every agent that could run it is draining"
-        return None
+        return self._bulkhead_reason(job, len(able))
+
+    def _bulkhead_reason(self, job: Job, able: int) -> str | None:
+        """Why a job waits although an agent that could run it has free slots: those slots are kept
+        for other queues (bulkheads), and the slots its own queue may use are busy. Only when every
+        agent that could run it is this node's (another node's agents' slot use is not known here)."""
+        mine = [s for s in self.sessions.values() if not s.draining and (s.queues is None or job.queue in s.queues)
+                and labels_satisfied(job.labels, s.labels)]  # fmt: skip
+        if len(mine) != able or not any(s.free > 0 for s in mine) or any(_room_for(s, job.queue) for s in mine):
+            return None
+        parts = []
+        for s in mine:
+            kept = s.queue_slots.get(job.queue)
+            if kept is not None:
+                parts.append(f"agent {s.name} keeps {kept} slots for {job.queue!r}, all busy")
+            else:
+                others = ", ".join(sorted(s.queue_slots))
+                parts.append(f"agent {s.name}'s shared slots are all busy (its free ones are kept for {others})")
+        return f"the bulkhead of queue {job.queue!r} is full: " + "; ".join(parts)
 
     def _offers(self) -> list[tuple[Collection[str] | None, dict[str, str], bool]]:
         """(queues, None for all; labels; draining) of each agent describe() lists, read without
@@ -294,9 +319,11 @@ class AgentHub:
         began = time.time()
         decisions: dict[int, Decide] = {}
         runs: dict[int, RunResult] = {}
+        reported: dict[int, dict[str, Any]] = {}
         for r in results:
             rr = RunResult(**{k: v for k, v in r.items() if k in RUN_RESULT_FIELDS})
             runs[rr.job_id] = rr
+            reported[rr.job_id] = r
             decisions[rr.job_id] = functools.partial(self._decide_finish, rr)
         try:
             out = await self.store.change_jobs(decisions)
@@ -307,6 +334,7 @@ class AgentHub:
             return
         metrics = self.engine.metrics
         acks: list[list[Any]] = []
+        sent: list[tuple[str, str, int, bool]] = []  # outcomes of http requests, for their breakers
         for job_id, res in out.items():
             rr = runs[job_id]
             if session.running.get(job_id) == rr.attempt:
@@ -317,6 +345,8 @@ class AgentHub:
                 acks.append([job_id, rr.attempt, res.message])
                 continue
             acks.append([job_id, rr.attempt, None])
+            if (ok := reported[job_id].get("breaker_ok")) is not None and (host := breaker_key(res.task)):
+                sent.append((res.queue, host, job_id, bool(ok)))
             metrics.ran(res.queue, rr.outcome, rr.started_at, rr.finished_at)
             self.engine.tracing.result(res, rr.outcome, rr.attempt, began)
             if res.state == "failed" and res.run_at < self.engine.next_promote_at:
@@ -324,6 +354,10 @@ class AgentHub:
         self.engine.wake()
         with contextlib.suppress(ChannelClosed, ConnectionError):
             await session.channel.send({"type": "result_ack", "results": acks})
+        try:
+            await self.engine.breakers.record(sent)
+        except Exception as exc:  # the results are recorded; a breaker missing a few outcomes is still a breaker
+            log.warning("could not count %d request outcomes in their circuit breakers: %s", len(sent), exc)
 
     def _decide_finish(self, rr: RunResult, job: Job) -> Any:
         return decide_finish(job, rr, self.clock(), self.policy)

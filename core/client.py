@@ -318,6 +318,14 @@ class JobDeckClient:
         """Change a queue's limits live (concurrency, rate_limit, rate_burst; None removes one)."""
         return await self._call("PATCH", f"/v1/queues/{name}", json=limits)  # type: ignore[no-any-return]
 
+    async def queue_keys(self, name: str) -> Json:
+        """A queue's per-key usage: running jobs per concurrency key, waiting jobs per fairness key."""
+        return await self._call("GET", f"/v1/queues/{name}/keys")  # type: ignore[no-any-return]
+
+    async def breakers(self) -> list[Json]:
+        """The circuit breakers of http tasks, per queue and host (closed ones too)."""
+        return (await self._call("GET", "/v1/breakers"))["breakers"]  # type: ignore[no-any-return]
+
     # -- schedules
 
     async def create_schedule(self, spec: Json) -> Json:

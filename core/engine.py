@@ -21,6 +21,7 @@ import orjson
 
 from core.agent_hub import AgentHub
 from core.agent_session import AgentSession
+from core.breaker_gate import BreakerGate
 from core.bus import Bus
 from core.config import Settings
 from core.errors import Conflict, JobDeckError
@@ -106,6 +107,7 @@ class Engine:
         self._tasks: list[asyncio.Task[None]] = []
         self.started_at = self.clock()
         self.hub = AgentHub(self)
+        self.breakers = BreakerGate(self)
         self.metrics.watch_agents(self.hub)
         self.claims = 0  # claim transactions of this node that took jobs, and the jobs they took
         self.jobs_claimed = 0
@@ -295,10 +297,11 @@ class Engine:
         """Why each queued job is not running (None: nothing holds it but a free slot): no agent can
         take it, or its queue's limits (paused, concurrency, rate) hold it now. One read per queue
         with limits, whatever the number of jobs."""
-        out = {j.id: self.hub.waiting_for(j) for j in jobs}
+        now = self.clock()
+        await self.breakers.refresh()
+        out = {j.id: self.breakers.reason(j, now) or self.hub.waiting_for(j) for j in jobs}
         held = {j.queue for j in jobs if out[j.id] is None and j.state == "queued"
                 and self.queue_settings.get(j.queue, UNLIMITED).held}  # fmt: skip
-        now = self.clock()
         reasons = {}
         for queue in held:
             limits, running, bucket = await self.store.queue_flow(queue)  # type: ignore[attr-defined]
@@ -521,6 +524,8 @@ class Engine:
             for j in jobs:
                 if j.queue in caps:
                     caps[j.queue] -= 1
+            if not (jobs := await self.breakers.gate(jobs, now)):
+                continue
             try:
                 await s.assign(jobs, await self._inputs(jobs))
             except (ChannelClosed, ConnectionError):
@@ -636,6 +641,8 @@ class Engine:
             self._wake_dispatch.set()  # a slot of a limited queue came free (perhaps on another node)
         elif t.startswith("schedule."):
             self._wake_schedules.set()
+        elif t.startswith("breaker."):
+            self.breakers.heard(t)
         elif t == "agent.connected":
             await self.hub.heard_connected(orjson.loads(e.body)["data"])
         elif t == "agent.disconnected":

@@ -18,7 +18,10 @@ from typing import Any
 
 #: The queue settings an operator changes (the `queues` columns of the same names), with their defaults.
 SETTINGS: dict[str, Any] = {"paused": False, "concurrency": None, "rate_limit": None, "rate_burst": None,
-                            "key_concurrency": None, "fairness_weights": None, "fair": False}  # fmt: skip
+                            "key_concurrency": None, "fairness_weights": None, "fair": False,
+                            # circuit breakers of its http tasks (core/breaker.py; None: the defaults)
+                            "breaker_mode": None, "breaker_failure_ratio": None, "breaker_window": None,
+                            "breaker_reset": None, "breaker_min_requests": None}  # fmt: skip
 RATE_MAX = 1_000_000.0  # jobs/s: far past what one store can start
 BURST_OF_A_TENTH = 0.1  # seconds of the rate a bucket holds when no burst is set
 MAX_KEYS = 10_000  # keys a claim reads of one queue; beyond, the least served of them get their turn first
@@ -37,6 +40,11 @@ class QueueLimits:
     key_concurrency: int | None = None  # jobs of one concurrency_key running at once
     fairness_weights: dict[str, float] | None = None  # fairness_key -> weight (default 1)
     fair: bool = False  # claims rotate between fairness keys (set when a job with one arrives)
+    breaker_mode: str | None = None  # wait | fail while a breaker of its http tasks is open (core/breaker.py)
+    breaker_failure_ratio: float | None = None
+    breaker_window: float | None = None
+    breaker_reset: float | None = None
+    breaker_min_requests: int | None = None
 
     @classmethod
     def of(cls, view: dict[str, Any]) -> QueueLimits:

@@ -38,8 +38,9 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.BLOCKED: frozenset({S.QUEUED, S.SCHEDULED, S.CANCELLED, S.PAUSED, S.SKIPPED}),
     S.SCHEDULED: frozenset({S.QUEUED, S.CANCELLED, S.PAUSED}),
     S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.PAUSED}),
-    # running -> queued: an agent handed the job back unstarted (drain).
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.DEAD, S.CANCELLED, S.QUEUED}),
+    # running -> queued: an agent handed the job back unstarted (drain); -> scheduled: claimed while the
+    # circuit breaker of its host was open, held back unsent (core/breaker.py)
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.DEAD, S.CANCELLED, S.QUEUED, S.SCHEDULED}),
     # failed / dead -> succeeded: a late result. The attempt was recorded lost (its agent went
     # quiet) but its run had finished; no newer attempt has started (see decide_finish).
     S.FAILED: frozenset({S.QUEUED, S.CANCELLED, S.PAUSED, S.SUCCEEDED}),
@@ -482,6 +483,25 @@ def decide_hand_back(job: Job, attempt: int, now: float, policy: Policy) -> Chan
     change = _move(job, S.QUEUED, "hand back", now, attempt=job.attempt - 1, agent=None, lease_expires_at=None)
     change.attempt = {"attempt": attempt, "outcome": "handed_back", "finished_at": now}
     return change
+
+
+def decide_breaker_hold(job: Job, attempt: int, until: float, reason: str, now: float, policy: Policy) -> Change:
+    """A claimed job whose host's circuit breaker is open (wait mode) is not sent: it waits until
+    `until` (or the breaker's closing) without using an attempt, keeping its place in the queue."""
+    if job.state != S.RUNNING or job.attempt != attempt:
+        raise Conflict(f"stale breaker hold for job {job.id}", state=job.state, job_id=job.id)
+    change = _move(job, S.SCHEDULED, "hold", now, attempt=job.attempt - 1, agent=None, lease_expires_at=None,
+                   run_at=until)  # fmt: skip
+    change.data["waiting_for"] = reason
+    change.attempt = {"attempt": attempt, "outcome": "held", "error": reason, "finished_at": now}
+    return change
+
+
+def decide_breaker_release(job: Job, now: float, policy: Policy) -> Change:
+    """The breaker that held the job closed: queued again now, where it stood in the queue."""
+    if job.state != S.SCHEDULED:
+        raise Conflict(f"job {job.id} is not held", state=job.state, job_id=job.id)
+    return _move(job, S.QUEUED, "release", now, run_at=now)
 
 
 def build_job(spec: dict[str, Any], now: float, policy: Policy) -> Job:

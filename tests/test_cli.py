@@ -179,3 +179,20 @@ def test_workflows_submit_show_and_act_from_the_command_line(jobdeck_process: Se
     assert bad.returncode != 0 and "a -> b -> a" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
     child = jobdeck(jobdeck_process, "--json", "submit", "--depends-on", str(made["ids"]["load"]), "--sh", "true")
     assert child.returncode == 0 and json.loads(child.stdout)["state"] == "queued", child.stdout + child.stderr
+
+
+def test_queues_breaker_sets_a_queues_breaker_numbers_and_breakers_lists_them(jobdeck_process: ServerProcess) -> None:
+    jobdeck(jobdeck_process, "submit", "--queue", "hooks-q", "--delay", "600", "--", "true")  # makes the queue
+    set_ = jobdeck(jobdeck_process, "queues", "breaker", "hooks-q", "--mode", "fail", "--ratio", "0.25",
+                   "--reset", "5", "--min-requests", "8")  # fmt: skip
+    assert set_.returncode == 0, set_.stderr
+    assert set_.stdout.strip() == ("queue hooks-q: a host's breaker opens at 25% failed of at least 8 requests "
+                                   "within 10 s, tries again after 5 s; while open its jobs fail at once"), set_.stdout  # fmt: skip
+    bad = jobdeck(jobdeck_process, "queues", "breaker", "hooks-q", "--min-requests", "many")
+    assert bad.returncode != 0 and "--min-requests must be a whole number or 'default'" in bad.stderr, bad
+    out_of_range = jobdeck(jobdeck_process, "queues", "breaker", "hooks-q", "--ratio", "2")
+    assert out_of_range.returncode != 0 and "breaker_failure_ratio" in out_of_range.stderr, out_of_range
+    back = jobdeck(jobdeck_process, "queues", "breaker", "hooks-q", "--mode", "default", "--ratio", "default")
+    assert "opens at 50% failed of at least 8" in back.stdout and "its jobs wait unsent" in back.stdout, back.stdout
+    listed = jobdeck(jobdeck_process, "breakers")
+    assert listed.returncode == 0 and "no circuit breakers yet" in listed.stdout, listed

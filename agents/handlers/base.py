@@ -22,6 +22,7 @@ class Outcome:
     exit_code: int | None = None
     result: Any = None
     retryable: bool = True  # False: another attempt cannot help (no such task): straight to dead
+    breaker_ok: bool | None = None  # an http request was sent: did the host answer well (its circuit breaker)
 
 
 class RunContext:

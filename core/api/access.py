@@ -79,6 +79,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/queues/{name}/resume"): Rule("queues.pause", "name"),
     ("PUT", "/v1/queues/{name}/concurrency"): Rule("queues.configure", "name"),
     ("PATCH", "/v1/queues/{name}"): Rule("queues.configure", "name"),
+    ("GET", "/v1/breakers"): Rule("jobs.read"),
+    ("GET", "/v1/queues/{name}/keys"): Rule("jobs.read", "name"),
     # schedules
     ("POST", "/v1/schedules"): Rule("schedules.write"),
     ("POST", "/v1/schedules/preview"): Rule("jobs.read"),

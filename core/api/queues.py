@@ -1,4 +1,5 @@
-"""Routes for queues: list with depth and running counts, pause, resume, concurrency, rate limits."""
+"""Routes for queues: list with depth and running counts, pause, resume, concurrency, rate limits, and
+the circuit breakers of their http tasks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from core.api.access import principal_of
 from core.api.app import JSON
 from core.api.deps import Route, get_engine
 from core.api.fields import QueuePath
-from core.api.responses import QueueList, QueueSettings
+from core.api.responses import BreakerList, QueueList, QueueSettings
 from core.api.schemas import ConcurrencyChange, QueueChange
 from core.engine import Engine
 
@@ -44,3 +45,14 @@ async def set_concurrency(name: QueuePath, body: ConcurrencyChange, engine: Engi
               response_model=QueueSettings)  # fmt: skip
 async def change_queue(name: QueuePath, body: QueueChange, engine: EngineDep) -> JSON:
     return JSON(await engine.update_queue(name, **body.changes()))
+
+
+@router.get(
+    "/breakers", summary="Circuit breakers of http tasks, per queue and target host", response_model=BreakerList
+)
+async def list_breakers(engine: EngineDep, request: Request) -> JSON:
+    p = principal_of(request)
+    now = engine.clock()
+    found = await engine.store.list_breakers()  # type: ignore[attr-defined]
+    views = [b.view(now, engine.breakers.settings(b.queue)) for b in found if p.sees(b.queue)]
+    return JSON({"breakers": views})

@@ -157,8 +157,8 @@ class EventPage(_Out):
     events: list[Event]
 
 
-class QueueView(_Out):
-    """A queue: its settings and how many of its jobs wait and run."""
+class QueueSettings(_Out):
+    """A queue's settings (what a change answers)."""
 
     name: str
     paused: bool
@@ -168,6 +168,18 @@ class QueueView(_Out):
     key_concurrency: int | None = Field(description="jobs of one concurrency_key running at once; null: no limit")
     fairness_weights: dict[str, float] | None = Field(description="fairness_key -> weight (default 1)")
     fair: bool = Field(description="claims rotate between the fairness keys of its jobs")
+    breaker_mode: Literal["wait", "fail"] | None = Field(
+        description="while a breaker is open: wait or fail; null: wait"
+    )
+    breaker_failure_ratio: float | None = Field(description="null: 0.5")
+    breaker_window: float | None = Field(description="seconds; null: 10")
+    breaker_reset: float | None = Field(description="seconds; null: 30")
+    breaker_min_requests: int | None = Field(description="null: 5")
+
+
+class QueueView(QueueSettings):
+    """A queue: its settings and how many of its jobs wait and run."""
+
     depth: int = Field(description="queued jobs")
     running: int
     scheduled: int = Field(description="jobs waiting for their time (scheduled, or failed and retrying)")
@@ -180,17 +192,67 @@ class QueueList(_Out):
     queues: list[QueueView]
 
 
-class QueueSettings(_Out):
-    """A queue's settings after a change."""
+class KeyRunning(_Out):
+    """Jobs of one concurrency key running now."""
 
-    name: str
-    paused: bool
-    concurrency: int | None
-    rate_limit: float | None
-    rate_burst: int | None
-    key_concurrency: int | None
+    key: str
+    running: int
+
+
+class KeyWaiting(_Out):
+    """Jobs of one fairness key waiting, and what the fair rotation has served it (starts / weight)."""
+
+    key: str
+    waiting: int
+    served: float
+
+
+class KeyUsage(_Out):
+    """A queue's per-key usage, the busiest keys first (at most 100 of each)."""
+
+    queue: str
+    key_concurrency: int | None = Field(description="the per-key limit the running counts are held to")
     fairness_weights: dict[str, float] | None
-    fair: bool
+    running_by_concurrency_key: list[KeyRunning]
+    more_running_keys: bool = Field(description="more keys run jobs than are listed")
+    waiting_by_fairness_key: list[KeyWaiting]
+    more_waiting_keys: bool
+    waiting_counted: int = Field(description="queued jobs with a fairness key that were counted")
+    waiting_capped: bool = Field(description="the count stopped at 100,000 jobs: the numbers are a lower bound")
+
+
+class BreakerNumbers(_Out):
+    """When a breaker opens and how long it stays open (its queue's settings)."""
+
+    failure_ratio: float
+    window: float = Field(description="seconds")
+    reset: float = Field(description="seconds")
+    min_requests: int
+
+
+class BreakerView(_Out):
+    """One circuit breaker: a queue's http jobs calling one host, over every agent and node."""
+
+    queue: str
+    host: str
+    state: Literal["closed", "open", "half_open"] = Field(
+        description="open: nothing is sent; half_open: a trial request may go (or is out)"
+    )
+    mode: Literal["wait", "fail"] = Field(description="while open, its jobs wait (held) or fail at once")
+    opened_at: datetime | None
+    retry_at: datetime | None = Field(description="when an open breaker lets a trial request go")
+    probe_job: int | None = Field(description="the job sent as the trial request")
+    requests: float = Field(description="requests in the window (the older part weighted), while closed")
+    failures: float
+    times_opened: int
+    reason: str | None = Field(description="what a held job's waiting_for says")
+    settings: BreakerNumbers
+
+
+class BreakerList(_Out):
+    """Every breaker of the queues the caller sees."""
+
+    breakers: list[BreakerView]
 
 
 class ScheduleView(_Out):

@@ -323,6 +323,9 @@ Concurrency = Annotated[int, Field(ge=0, le=1_000_000, strict=True), BeforeValid
 RatePerSecond = Annotated[float, Field(gt=0, le=RATE_MAX, allow_inf_nan=False, strict=True)]
 Burst = Annotated[int, Field(ge=1, le=1_000_000, strict=True), BeforeValidator(whole)]
 Weight = Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False, strict=True)]
+FailureRatio = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False, strict=True)]
+BreakerSeconds = Annotated[float, Field(ge=0.1, le=86400, allow_inf_nan=False, strict=True)]
+MinRequests = Annotated[int, Field(ge=1, le=1_000_000, strict=True), BeforeValidator(whole)]
 
 
 class QueueChange(_Strict):
@@ -354,13 +357,28 @@ class QueueChange(_Strict):
         description="rotate claims between fairness keys (left out: unchanged; the first job with a "
         "fairness_key sets it)",
     )
+    breaker_mode: Literal["wait", "fail"] | None = Field(
+        None,
+        description="what its http jobs do while their host's circuit breaker is open: wait (held back, "
+        "no attempt used; the default) or fail (the attempt fails at once, unsent)",
+    )
+    breaker_failure_ratio: FailureRatio | None = Field(
+        None, description="a breaker opens when this share of the requests in its window failed (default 0.5)"
+    )
+    breaker_window: BreakerSeconds | None = Field(None, description="seconds of requests a breaker judges (default 10)")
+    breaker_reset: BreakerSeconds | None = Field(
+        None, description="seconds an open breaker waits before one trial request (default 30)"
+    )
+    breaker_min_requests: MinRequests | None = Field(
+        None, description="fewer requests than this in the window never open a breaker (default 5)"
+    )
 
     @model_validator(mode="after")
     def _something(self) -> QueueChange:
         if not self.model_fields_set:
             raise ValueError(
                 "give at least one setting: concurrency, rate_limit, rate_burst, key_concurrency, "
-                "fairness_weights or fair"
+                "fairness_weights, fair or a breaker_* setting"
             )
         return self
 

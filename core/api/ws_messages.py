@@ -110,6 +110,11 @@ class RunResultMessage(_Msg):
     started_at: float | None = None
     finished_at: float | None = None
     retryable: bool = True
+    breaker_ok: bool | None = Field(
+        None,
+        description="an http task's request was sent: whether the host answered "
+        "well (not a transport error, 5xx or 429), for its circuit breaker",
+    )
 
 
 class Result(_Msg):

@@ -16,6 +16,7 @@ from core.cli.output import view_in
 from core.cli.remote import (
     add_job_flags,
     cmd_agents,
+    cmd_breakers,
     cmd_events,
     cmd_jobs_action,
     cmd_jobs_ls,
@@ -247,6 +248,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("limit", nargs="?", help="jobs of one concurrency key at once, or 'none'")
     s.add_argument("--weight", action="append", metavar="KEY=N", help="a fairness key's weight (repeatable)")
     s.add_argument("--fair", choices=("on", "off"), help="rotate claims between fairness keys")
+    s = qs.add_parser(
+        "breaker",
+        help="the circuit breakers of a queue's http jobs: when they open, what jobs do while open",
+        description="Each queue keeps one circuit breaker per host its http jobs call, shared by every agent "
+        "and node. It opens when, within --window seconds, at least --min-requests requests were sent and "
+        "--ratio of them failed (a transport error, a 5xx or a 429); after --reset seconds one trial request "
+        "goes, and its outcome closes or reopens it. --mode wait (the default): while open, the host's jobs "
+        "wait unsent and use no attempt; fail: their attempt fails at once. 'default' puts a number back.",
+    )
+    s.add_argument("name")
+    s.add_argument("--mode", choices=("wait", "fail", "default"))
+    s.add_argument("--ratio", help="share of failed requests that opens it (0.5: half), or 'default'")
+    s.add_argument("--window", help="seconds of requests it judges (default 10)")
+    s.add_argument("--reset", help="seconds it stays open before a trial request (default 30)")
+    s.add_argument("--min-requests", help="fewer requests than this never open it (default 5)")
+
+    sub.add_parser("breakers", help="the circuit breakers of http jobs: open, half open, closed").set_defaults(
+        run=cmd_breakers
+    )
 
     sched = sub.add_parser("schedules", help="recurring and one-time schedules")
     sched.set_defaults(run=cmd_schedules)

@@ -11,8 +11,10 @@ import orjson
 
 from core import timetext
 from core.auth.credentials import token_for
+from core.breaker import BreakerSettings
 from core.cli.output import (
     AGENT_COLUMNS,
+    BREAKER_COLUMNS,
     JOB_COLUMNS,
     QUEUE_COLUMNS,
     SCHEDULE_COLUMNS,
@@ -247,6 +249,9 @@ async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
         if not settings:
             raise JobDeckError("say what to change: a LIMIT, --weight KEY=N, or --fair on|off")
         show(args, await c.update_queue(args.name, **settings), keys_line)
+    elif action == "breaker":
+        changes = _breaker_args(args)
+        show(args, await c.update_queue(args.name, **changes), breaker_line)
     elif action == "rate":
         rate = parse_rate(args.rate)
         changes: dict[str, Any] = {"rate_limit": rate}
@@ -262,6 +267,56 @@ async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
             raise JobDeckError(f"concurrency must be a number or 'none', not {args.limit!r}")
         show(args, await c.set_concurrency(args.name, limit), lambda q: concurrency_line(q, args))
     return 0
+
+
+async def cmd_breakers(c: JobDeckClient, args: argparse.Namespace) -> int:
+    show(args, await c.breakers(), breakers_text)
+    return 0
+
+
+def breakers_text(breakers: list[dict[str, Any]]) -> str:
+    """Breakers as a table, with why the open ones hold their jobs."""
+    if not breakers:
+        return "no circuit breakers yet: a queue gets one per host its http jobs call"
+    rows = [{**b, "window": f"{b['requests']:g} sent, {b['failures']:g} failed", "opened": b["times_opened"]}
+            for b in breakers]  # fmt: skip
+    out = [table(rows, BREAKER_COLUMNS)]
+    out += [f"  {b['queue']} {b['host']}: {b['reason']}" for b in breakers if b["reason"]]
+    return "\n".join(out)
+
+
+_BREAKER_FLAGS = (("ratio", "breaker_failure_ratio", float), ("window", "breaker_window", float),
+                  ("reset", "breaker_reset", float), ("min_requests", "breaker_min_requests", int))  # fmt: skip
+
+
+def _breaker_args(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if args.mode is not None:
+        changes["breaker_mode"] = None if args.mode == "default" else args.mode
+    for flag, name, kind in _BREAKER_FLAGS:
+        text = getattr(args, flag)
+        if text is None:
+            continue
+        if text.lower() == "default":
+            changes[name] = None
+            continue
+        try:
+            changes[name] = kind(text)
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise JobDeckError(f"--{flag.replace('_', '-')} must be {what} or 'default', not {text!r}",
+                               field=name) from None  # fmt: skip
+    if not changes:
+        raise JobDeckError("say what to change: --mode, --ratio, --window, --reset or --min-requests")
+    return changes
+
+
+def breaker_line(q: dict[str, Any]) -> str:
+    """A queue's breaker settings in one line."""
+    s = BreakerSettings.of(q)
+    held = "wait unsent (no attempt used)" if s.mode == "wait" else "fail at once"
+    return (f"queue {q['name']}: a host's breaker opens at {s.failure_ratio:.0%} failed of at least {s.min_requests} "
+            f"requests within {s.window:g} s, tries again after {s.reset:g} s; while open its jobs {held}")  # fmt: skip
 
 
 def _second_zone_name(tz_name: str) -> str:

@@ -51,7 +51,9 @@ from core.store.base import (
     queue_settings_view,
     split_by_idempotency,
 )
+from core.store.breakers import PostgresBreakers
 from core.store.deps import refuse_known_keys, settle
+from core.store.key_usage import PostgresKeyUsage
 from core.store.listing import JobOrder
 from core.store.notifications import PostgresNotifications
 from core.store.relay_cursors import PostgresRelayCursors
@@ -108,7 +110,9 @@ async def _runs_at(c: Any, schedule_id: int, fire_times: Sequence[float]) -> dic
     return {float(r[0]): (int(r[1]), r[2]) for r in await c.fetch(q, schedule_id, list(fire_times))}
 
 
-class PostgresStore(PostgresRelayCursors, PostgresArchive, PostgresNotifications, PostgresSLO):
+class PostgresStore(
+    PostgresRelayCursors, PostgresArchive, PostgresNotifications, PostgresSLO, PostgresBreakers, PostgresKeyUsage
+):
     """The Store protocol on PostgreSQL (see core/store/base.py and core/store/sqlite.py)."""
 
     single_node = False  # other nodes may share the database and hold leases of their own

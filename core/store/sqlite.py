@@ -60,7 +60,9 @@ from core.store.base import (
     split_by_idempotency,
     stats_view,
 )
+from core.store.breakers import SQLiteBreakers
 from core.store.deps import refuse_known_keys, run_sync, settle
+from core.store.key_usage import SQLiteKeyUsage
 from core.store.listing import JobOrder, order_sql, search_sql
 from core.store.notifications import SQLiteNotifications
 from core.store.relay_cursors import SQLiteRelayCursors
@@ -465,7 +467,7 @@ def _list_rows(c: sqlite3.Connection, select: str, flt: JobFilter, order: JobOrd
     return c.execute(sql, [*params, limit]).fetchall()
 
 
-class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLiteSLO):
+class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLiteSLO, SQLiteBreakers, SQLiteKeyUsage):
     """The Store protocol on one SQLite file (see core/store/base.py)."""
 
     single_node = True  # the file is locked by one node: no other node can hold its leases

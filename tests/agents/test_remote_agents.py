@@ -387,6 +387,9 @@ async def test_bulkheads_keep_slots_for_a_queue_that_a_flood_elsewhere_cannot_ta
     for j in other:
         await wait_state(client, j, "running", 20)
     assert await running_reports() == 2, "18 reports wait: the shared slots are not theirs"
+    waiting = (await client.list_jobs(queue="reports", state="queued"))["jobs"][0]
+    why = (await client.get_job(waiting["id"]))["waiting_for"]
+    assert why == "the bulkhead of queue 'reports' is full: agent bulk keeps 2 slots for 'reports', all busy", why
     await client.bulk("cancel", ids=reports + other)
     bad = subprocess.run([sys.executable, "-m", "core.cli", "agent", "--server", server.url, "--queues", "a:2",
                           "--slots", "1"], capture_output=True, text=True, timeout=60)  # fmt: skip

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from tests.api.test_bad_input import refused
-from tests.conftest import RunningNode
+from tests.conftest import RunningNode, until
+from tests.store.test_two_node_breakers import FlakyHost
 
 NOOP = {"kind": "python", "function": "agents.builtin:noop"}
 
@@ -36,7 +37,9 @@ async def test_bad_queue_settings_are_a_422_naming_the_field_and_change_nothing(
     assert [q for q in await running.client.queues() if q["name"] == "mail"] == before, "a refused change changed it"
     ok = await running.client.update_queue("mail", rate_limit=2.5, rate_burst=4)
     assert ok == {"name": "mail", "paused": False, "concurrency": None, "rate_limit": 2.5, "rate_burst": 4,
-                  "key_concurrency": None, "fairness_weights": None, "fair": False}  # fmt: skip
+                  "key_concurrency": None, "fairness_weights": None, "fair": False, "breaker_mode": None,
+                  "breaker_failure_ratio": None, "breaker_window": None, "breaker_reset": None,
+                  "breaker_min_requests": None}  # fmt: skip
     [q] = [q for q in await running.client.queues() if q["name"] == "mail"]
     assert (q["rate_limit"], q["rate_burst"]) == (2.5, 4)
     left = await running.client.update_queue("mail", concurrency=3)
@@ -108,3 +111,42 @@ async def test_a_fairness_key_makes_its_queue_fair_and_shows_on_the_job(running:
     [q] = [q for q in await c.queues() if q["name"] == "tenants"]
     assert q["fair"] is True, q
     assert (await c.wait_for(job["id"], timeout=30))["state"] == "succeeded"
+
+
+async def test_bad_breaker_settings_are_a_422_naming_the_field(running: RunningNode, http: httpx.AsyncClient) -> None:
+    await running.client.submit({"task": NOOP, "queue": "hooks", "delay": 3600})
+    refused(await http.patch("/v1/queues/hooks", json={"breaker_failure_ratio": 0}), "breaker_failure_ratio")
+    refused(await http.patch("/v1/queues/hooks", json={"breaker_failure_ratio": 1.5}), "breaker_failure_ratio")
+    refused(await http.patch("/v1/queues/hooks", json={"breaker_mode": "sometimes"}), "breaker_mode")
+    refused(await http.patch("/v1/queues/hooks", json={"breaker_window": 0}), "breaker_window")
+    refused(await http.patch("/v1/queues/hooks", json={"breaker_min_requests": 0}), "breaker_min_requests")
+    ok = await running.client.update_queue("hooks", breaker_mode="fail", breaker_reset=5.0)
+    assert (ok["breaker_mode"], ok["breaker_reset"], ok["breaker_window"]) == ("fail", 5.0, None), ok
+    assert (await running.client.update_queue("hooks", breaker_mode=None))["breaker_mode"] is None
+
+
+async def test_in_fail_mode_an_open_breaker_fails_the_hosts_jobs_at_once_without_a_request(
+    running: RunningNode,
+) -> None:
+    host = FlakyHost()
+    try:
+        c, task = running.client, {"kind": "http", "url": f"http://{host.address}/x"}
+        await c.submit({"task": NOOP, "queue": "fast", "delay": 3600})
+        await c.update_queue("fast", breaker_mode="fail", breaker_min_requests=2, breaker_reset=60.0)
+        for _ in range(2):
+            j = await c.submit({"task": task, "queue": "fast", "max_attempts": 1})
+            assert (await c.wait_for(j["id"], timeout=20))["last_error"] == "HTTP 500 Internal Server Error"
+        [b] = await until(lambda: _open(c, host.address), 10, "the breaker to open")
+        assert (b["mode"], b["times_opened"]) == ("fail", 1), b
+        j = await c.submit({"task": task, "queue": "fast", "max_attempts": 1})
+        done = await c.wait_for(j["id"], timeout=20)
+        assert done["state"] == "dead", done
+        assert done["last_error"].startswith(f"circuit open for host {host.address} (queue 'fast')"), done
+        assert "a trial request goes in" in done["last_error"], done
+        assert len(host.hits) == 2, "the third job failed without a request"
+    finally:
+        host.server.shutdown()
+
+
+async def _open(c: object, address: str) -> list[dict[str, object]]:
+    return [b for b in await c.breakers() if b["host"] == address and b["state"] == "open"]  # type: ignore[attr-defined]

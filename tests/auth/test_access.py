@@ -72,6 +72,8 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
         {A},
     ),
     ("PATCH", "/v1/queues/{name}"): (lambda o: ("/v1/queues/payments", {"rate_limit": 5}), {A}),
+    ("GET", "/v1/breakers"): (lambda o: ("/v1/breakers", None), {R, OP, A}),
+    ("GET", "/v1/queues/{name}/keys"): (lambda o: ("/v1/queues/payments/keys", None), {R, OP, A}),
     ("POST", "/v1/schedules"): (lambda o: ("/v1/schedules", SCHEDULE), {OP, A}),
     ("POST", "/v1/schedules/preview"): (lambda o: ("/v1/schedules/preview", {"cron": "*/5 * * * *"}), {R, OP, A}),
     ("GET", "/v1/schedules"): (lambda o: ("/v1/schedules", None), {R, OP, A}),

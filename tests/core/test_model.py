@@ -94,7 +94,7 @@ EXPECTED_TRANSITIONS: dict[str, set[str]] = {
     "blocked": {"queued", "scheduled", "cancelled", "paused", "skipped"},
     "scheduled": {"queued", "cancelled", "paused"},
     "queued": {"running", "cancelled", "paused"},
-    "running": {"succeeded", "failed", "dead", "cancelled", "queued"},
+    "running": {"succeeded", "failed", "dead", "cancelled", "queued", "scheduled"},  # scheduled: held by a breaker
     "failed": {"queued", "cancelled", "paused", "succeeded"},  # succeeded: a late result of a lost attempt
     "paused": {"queued", "scheduled", "failed", "blocked", "cancelled"},
     "succeeded": {"queued"},

@@ -176,3 +176,44 @@ async def test_a_key_back_from_idle_shares_from_now_on_it_saved_no_credit(kit: S
     await submit(s, *([{"queue": "t", "fairness_key": "B"}] * 10), now=t0 + 3)
     order = [j.fairness_key for _ in range(6) for j in await s.claim_jobs(claim(limit=1), t0 + 4)]
     assert Counter(order) == {"A": 3, "B": 3}, f"B, idle while A ran 30, must not get 30 in a row: {order}"
+
+
+async def test_key_usage_counts_running_jobs_per_concurrency_key_and_waiting_per_fairness_key(kit: StoreKit) -> None:
+    s, t0 = kit.store, utcnow()
+    await submit(s, *([{"queue": "t", "concurrency_key": "acme", "fairness_key": "acme"}] * 5),
+                 *([{"queue": "t", "concurrency_key": "zeta", "fairness_key": "zeta"}] * 3),
+                 {"queue": "other", "concurrency_key": "acme", "fairness_key": "acme"}, now=t0)  # fmt: skip
+    await s.update_queue("t", {"key_concurrency": 2}, t0)
+    started = await s.claim_jobs(claim(queues=frozenset({"t"})), t0 + 1)
+    assert sorted(j.concurrency_key for j in started) == ["acme", "acme", "zeta", "zeta"]
+    usage = await s.key_usage("t")
+    assert usage["running_by_concurrency_key"] == [{"key": "acme", "running": 2}, {"key": "zeta", "running": 2}]
+    waiting = {w["key"]: (w["waiting"], w["served"]) for w in usage["waiting_by_fairness_key"]}
+    assert waiting == {"acme": (3, 2.0), "zeta": (1, 2.0)}, "2 starts each at weight 1: served 2"
+    assert (usage["waiting_counted"], usage["waiting_capped"]) == (4, False)
+    capped = await s.key_usage("t", cap=2)
+    assert (capped["waiting_counted"], capped["waiting_capped"]) == (2, True), "a huge backlog is counted up to the cap"
+    assert (await s.key_usage("nothing-here"))["running_by_concurrency_key"] == []
+
+
+async def test_a_breaker_opens_in_the_store_and_gives_its_trial_to_one_job_only(kit: StoreKit) -> None:
+    from core.breaker import BreakerSettings
+
+    s, settings = kit.store, {"hooks": BreakerSettings(reset=0.2, min_requests=3)}
+    turns = await s.record_breaker_outcomes([("hooks", "h:80", i, False) for i in range(3)], settings)
+    assert [t[0] for t in turns] == ["breaker.opened"], turns
+    [b] = await s.list_breakers(open_only=True)
+    assert (b.queue, b.key, b.opened, b.probe_job) == ("hooks", "h:80", 1, None)
+    assert [e.type for e in kit.committed if e.type.startswith("breaker.")] == ["breaker.opened"]
+    early = await s.take_breaker_trials({("hooks", "h:80"): 10}, settings)
+    assert early[("hooks", "h:80")].probe_job is None, "no trial before the reset time"
+    await asyncio.sleep(0.25)
+    others = [s] if kit.kind == "sqlite" else [s, await kit.another()]
+    got = await asyncio.gather(*(o.take_breaker_trials({("hooks", "h:80"): 20 + i}, settings)
+                                 for i, o in enumerate(others * 3)))  # fmt: skip
+    [trial] = {g[("hooks", "h:80")].probe_job for g in got}  # every caller sees the same one trial
+    assert trial in range(20, 26), trial
+    other = 20 if trial != 20 else 21
+    turns = await s.record_breaker_outcomes([("hooks", "h:80", other, True), ("hooks", "h:80", trial, True)], settings)
+    assert [t[0] for t in turns] == ["breaker.closed"], "only the trial's outcome closes it"
+    assert await s.list_breakers(open_only=True) == []
