@@ -1,11 +1,16 @@
 """The Queues view: depth, running, throughput sparkline, paused, its limits (concurrency, rate, per key,
-fair share); pause, resume, change the limits."""
+fair share) and open circuit breakers; below the table, the highlighted queue's per-key usage (running
+jobs per concurrency key, waiting jobs per fairness key) and its breakers; pause, resume, change the
+limits."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Static
 
 from console_tui.actions import bindings_for
 from console_tui.screens.base import Json
@@ -22,8 +27,12 @@ class QueuesView(TableView):
     BINDINGS = bindings_for("queues")
     COLUMNS = (("name", "QUEUE", 18), ("status", "STATUS", 8), ("depth", "DEPTH", 7), ("running", "RUNNING", 8),
                ("scheduled", "WAITING", 8), ("concurrency", "LIMIT", 7), ("rate_limit", "RATE", 12),
-               ("key_concurrency", "PER KEY", 8), ("spark", "FINISHED/S, LAST 30 S", 30), ("rate", "NOW/S", 7))  # fmt: skip
+               ("key_concurrency", "PER KEY", 8), ("breakers", "BREAKERS", 8), ("spark", "FINISHED/S, LAST 30 S", 22),
+               ("rate", "NOW/S", 7))  # fmt: skip
     POLL_SECONDS = 2.0
+    DEFAULT_CSS = """
+    QueuesView #keys { height: auto; max-height: 12; padding: 0 1; border-top: solid $boost; }
+    """
 
     async def fetch(self) -> list[Json]:
         return await self.console.client.queues()
@@ -31,11 +40,71 @@ class QueuesView(TableView):
     def __init__(self) -> None:
         super().__init__()
         self.relays: dict[str, Json] = {}
+        self.breakers: list[Json] = []
+        self.usage: Json | None = None
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield Static("", id="keys")
 
     async def enrich(self, items: list[Json]) -> None:
         # The outbox relays' lag (Kafka) rides on the bar; a node without them shows nothing.
-        stats = await self.call(self.console.client.stats())
+        client = self.console.client
+        stats = await self.call(client.stats())
         self.relays = dict((stats or {}).get("relays") or {})
+        self.breakers = await self.call(client.breakers()) or []
+        q = self.current() or (items[0] if items else None)
+        name = q["name"] if q else None
+        self.usage = await self.call(client.queue_keys(name)) if name else None
+
+    def show_items(self, items: list[Json]) -> None:
+        super().show_items(items)
+        self.query_one("#keys", Static).update(self.keys_panel())
+
+    def keys_panel(self) -> Text:
+        """The highlighted queue's per-key usage and circuit breakers."""
+        q = self.current()
+        if q is None:
+            return Text("")
+        out = Text()
+        out.append(f"{q['name']}", style="bold")
+        u = self.usage if self.usage and self.usage.get("queue") == q["name"] else None
+        limit = q.get("key_concurrency")
+        out.append(" — per concurrency key: " + ("no limit" if limit is None else f"at most {limit} running") + "\n")
+        if u is not None:
+            running = u["running_by_concurrency_key"]
+            out.append("  running  ", style="bold")
+            out.append(" · ".join(f"{r['key']} {r['running']}" + ("" if limit is None else f"/{limit}")
+                                  for r in running) or "none", style="cyan")  # fmt: skip
+            out.append(" …" if u["more_running_keys"] else "")
+            out.append("\n  waiting  ", style="bold")
+            waiting = u["waiting_by_fairness_key"]
+            out.append(" · ".join(f"{w['key']} {w['waiting']:,}" + (f" (served {w['served']:g})" if q.get("fair") else "")
+                                  for w in waiting) or "none", style="cyan")  # fmt: skip
+            out.append(" …" if u["more_waiting_keys"] else "")
+            if u["waiting_capped"]:
+                out.append(f"  (counted the first {u['waiting_counted']:,} only)", style="dim")
+        mine = [b for b in self.breakers if b["queue"] == q["name"]]
+        out.append("\n  breakers ", style="bold")
+        if not mine:
+            out.append("none yet (one per host its http jobs call)", style="dim")
+        for b in mine:
+            style = {"open": "bold red", "half_open": "yellow"}.get(b["state"], "green")
+            out.append(f"\n    {b['host']} ", style="bold")
+            out.append(b["state"].replace("_", " "), style=style)
+            window = (f"{b['requests']:g} sent, {b['failures']:g} failed in {b['settings']['window']:g} s"
+                      if b["state"] == "closed" else "nothing sent while open")  # fmt: skip
+            out.append(f" ({b['mode']}; {window}; opened {b['times_opened']}×)")
+            if b["reason"]:
+                out.append(f"\n      {b['reason']}", style="dim")
+        return out
+
+    @on(DataTable.RowHighlighted)
+    def _show_keys(self, event: DataTable.RowHighlighted) -> None:
+        q = self.current()
+        if q is not None and (self.usage is None or self.usage.get("queue") != q["name"]):
+            self.stale = True  # read the newly highlighted queue's keys at the next reload (a moment)
+        self.query_one("#keys", Static).update(self.keys_panel())
 
     def bar(self) -> str:
         return "  ·  ".join([super().bar(), *(relay_lag_text(n, lag) for n, lag in sorted(self.relays.items()))])
@@ -52,12 +121,13 @@ class QueuesView(TableView):
             Text("-" if q.get("concurrency") is None else str(q["concurrency"]), justify="right"),
             Text(rate_cell(q), justify="right"),
             Text(key_cell(q), justify="right"),
+            breakers_cell(q["name"], self.breakers),
             Text(d.spark(series), style="cyan"),
             Text(d.number(series[-1] if series else 0), justify="right"),
         ]
 
     def wants(self, event: Json) -> bool:
-        return str(event.get("type", "")).startswith(("queue.", "job."))
+        return str(event.get("type", "")).startswith(("queue.", "job.", "breaker."))
 
     def target_queue(self) -> str | None:
         q = self.current()
@@ -155,3 +225,11 @@ def key_cell(q: Json) -> str:
     """A queue's per-key limit, and 'fair' when its claims rotate between fairness keys."""
     limit = "-" if q.get("key_concurrency") is None else str(q["key_concurrency"])
     return limit + (" fair" if q.get("fair") else "")
+
+
+def breakers_cell(queue: str, breakers: list[Json]) -> Text:
+    """How many of a queue's circuit breakers are open (or half open), or '-'."""
+    shut = [b for b in breakers if b["queue"] == queue and b["state"] != "closed"]
+    if not shut:
+        return Text("-", justify="right")
+    return Text(f"{len(shut)} open", style="bold red", justify="right")

@@ -11,9 +11,10 @@ from core.api.access import principal_of
 from core.api.app import JSON
 from core.api.deps import Route, get_engine
 from core.api.fields import QueuePath
-from core.api.responses import BreakerList, QueueList, QueueSettings
+from core.api.responses import BreakerList, KeyUsage, QueueList, QueueSettings
 from core.api.schemas import ConcurrencyChange, QueueChange
 from core.engine import Engine
+from core.errors import NotFound
 
 router = APIRouter(prefix="/v1", tags=["queues"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
@@ -45,6 +46,21 @@ async def set_concurrency(name: QueuePath, body: ConcurrencyChange, engine: Engi
               response_model=QueueSettings)  # fmt: skip
 async def change_queue(name: QueuePath, body: QueueChange, engine: EngineDep) -> JSON:
     return JSON(await engine.update_queue(name, **body.changes()))
+
+
+@router.get(
+    "/queues/{name}/keys",
+    summary="Per-key usage: running jobs per concurrency key, waiting jobs per fairness key",
+    response_model=KeyUsage,
+)
+async def queue_keys(name: QueuePath, engine: EngineDep) -> JSON:
+    if name not in await engine.store.queue_settings():  # type: ignore[attr-defined]
+        raise NotFound(f"no queue named {name!r}", field="queue")
+    usage = await engine.store.key_usage(name)  # type: ignore[attr-defined]
+    limits = engine.queue_settings.get(name)
+    usage["key_concurrency"] = limits.key_concurrency if limits else None
+    usage["fairness_weights"] = limits.fairness_weights if limits else None
+    return JSON(usage)
 
 
 @router.get(

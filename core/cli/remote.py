@@ -250,8 +250,7 @@ async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
             raise JobDeckError("say what to change: a LIMIT, --weight KEY=N, or --fair on|off")
         show(args, await c.update_queue(args.name, **settings), keys_line)
     elif action == "breaker":
-        changes = _breaker_args(args)
-        show(args, await c.update_queue(args.name, **changes), breaker_line)
+        show(args, await c.update_queue(args.name, **_breaker_args(args)), breaker_line)
     elif action == "rate":
         rate = parse_rate(args.rate)
         changes: dict[str, Any] = {"rate_limit": rate}

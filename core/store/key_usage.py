@@ -73,6 +73,6 @@ class PostgresKeyUsage:
             running = [tuple(r) for r in await c.fetch(_RUNNING.format(hint="", p1="$1"), queue)]
             waiting = [tuple(r) for r in await c.fetch(_WAITING.format(hint="", p1="$1", p2="$2"), queue, cap)]
             shares = {r[0]: r[1] for r in await c.fetch(_SHARES.format(p1="$1"), queue)}
-            return usage_view(queue, running, waiting, shares, cap)  # type: ignore[arg-type]
+            return usage_view(queue, running, waiting, shares, cap)
 
         return await self._read(q)  # type: ignore[no-any-return]

@@ -208,3 +208,38 @@ async def test_the_command_palette_lists_every_action_of_the_view(node: ServerPr
         missing = [t for t in wanted if not any(c == t or c == f"{t} (disabled)" for c in titles)]
         assert not missing, f"not in the palette: {missing}; it has {titles}"
         assert {"Show Jobs", "Show Dead letters", "Show Events"} <= set(titles), titles
+
+
+async def test_the_queues_view_shows_the_highlighted_queues_per_key_usage_and_its_breakers(
+    node: ServerProcess, api: JobDeckClient, tmp_path: Path
+) -> None:
+    from tests.store.test_two_node_breakers import FlakyHost
+
+    host = FlakyHost()
+    sleep = {"kind": "python", "function": "agents.builtin:sleep", "args": [30]}
+    try:
+        await api.submit(later("q", "keys-q"))
+        await api.update_queue("keys-q", key_concurrency=1, breaker_min_requests=2, breaker_reset=300.0)
+        jobs = [await api.submit({"task": sleep, "queue": "keys-q", "concurrency_key": k, "fairness_key": k})
+                for k in ("acme", "acme", "acme", "zeta", "zeta")]  # fmt: skip
+        for _ in range(2):
+            dead = await api.submit({"task": {"kind": "http", "url": f"http://{host.address}/"}, "queue": "keys-q",
+                                     "max_attempts": 1})  # fmt: skip
+            await api.wait_for(dead["id"], timeout=20)
+        async with console(node.url) as (app, pilot):
+            await pilot.press("2")
+            queues = view(app, "queues")
+            await select(queues, "keys-q")
+
+            def panel() -> str:
+                return str(queues.query_one("#keys").render())
+
+            await until(lambda: "running  acme 1/1 · zeta 1/1" in panel(), 10, f"the running count per key: {panel()}")
+            text = panel()
+            assert "waiting  acme 2 (served 1) · zeta 1 (served 1)" in text, text
+            assert f"{host.address} open (wait; nothing sent while open; opened 1×)" in text, text
+            assert f"circuit open for host {host.address} (queue 'keys-q')" in text, text
+            assert "1 open" in [str(c) for c in queues.table.get_row("keys-q")]
+    finally:
+        host.server.shutdown()
+        await api.bulk("cancel", ids=[j["id"] for j in jobs])

@@ -199,7 +199,7 @@ async def test_key_usage_counts_running_jobs_per_concurrency_key_and_waiting_per
 async def test_a_breaker_opens_in_the_store_and_gives_its_trial_to_one_job_only(kit: StoreKit) -> None:
     from core.breaker import BreakerSettings
 
-    s, settings = kit.store, {"hooks": BreakerSettings(reset=0.2, min_requests=3)}
+    s, settings = kit.store, {"hooks": BreakerSettings(reset=1.5, min_requests=3)}
     turns = await s.record_breaker_outcomes([("hooks", "h:80", i, False) for i in range(3)], settings)
     assert [t[0] for t in turns] == ["breaker.opened"], turns
     [b] = await s.list_breakers(open_only=True)
@@ -207,7 +207,7 @@ async def test_a_breaker_opens_in_the_store_and_gives_its_trial_to_one_job_only(
     assert [e.type for e in kit.committed if e.type.startswith("breaker.")] == ["breaker.opened"]
     early = await s.take_breaker_trials({("hooks", "h:80"): 10}, settings)
     assert early[("hooks", "h:80")].probe_job is None, "no trial before the reset time"
-    await asyncio.sleep(0.25)
+    await asyncio.sleep(1.55)
     others = [s] if kit.kind == "sqlite" else [s, await kit.another()]
     got = await asyncio.gather(*(o.take_breaker_trials({("hooks", "h:80"): 20 + i}, settings)
                                  for i, o in enumerate(others * 3)))  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from core.client import JobDeckClient
-from tests.conftest import ServerProcess, spawn_agent, spawn_jobdeck, take, until
+from tests.conftest import ServerProcess, recorded_runs, recorder_task, spawn_agent, spawn_jobdeck, take, until
 from tests.services import REDIS_URL, redis_problem
 
 
@@ -131,3 +131,46 @@ async def test_a_queue_rate_limit_holds_across_two_nodes_claiming_with_their_age
     windows = [sum(1 for t in started if w <= t < w + 10) for w in (t0 + 0.0, t0 + 2.5, t0 + 4.5)]
     assert all(180 <= n <= 220 for n in windows), f"starts per 10 s window {windows}: not within 10 % of 200"
     assert agents_seen == {"pace-0", "pace-1"}, f"both nodes' agents should start jobs, saw {agents_seen}"
+
+
+async def test_a_per_key_limit_holds_across_two_nodes_as_the_tasks_themselves_record_it(
+    two_nodes: tuple[ServerProcess, ServerProcess], tmp_path: Path
+) -> None:
+    """Three customers' jobs in one queue limited to 2 running per concurrency key, claimed by both
+    nodes' agents (8 slots in all, the first customer's 8 jobs first in line: first come, first served
+    would run 8 of them at once). Each task writes its own start and end time: no moment sees 3 runs
+    of one key, and 2 at once is reached."""
+    a, b = two_nodes
+    agents = [spawn_agent(n.url, f"keys-{i}", tmp_path, "--slots", "4") for i, n in enumerate((a, b))]
+    task = recorder_task(tmp_path, 0.4)
+    try:
+        async with JobDeckClient(a.url) as ca, JobDeckClient(b.url) as cb:
+
+            async def both_agents() -> bool:
+                return len(await ca.agents()) == 2
+
+            await until(both_agents, 30, "both agents to register")
+            await ca.submit({"task": task, "queue": "tenants", "delay": 3600})  # the queue exists
+            await cb.update_queue("tenants", key_concurrency=2)
+            specs = [{"task": task, "queue": "tenants", "concurrency_key": k} for k in ("acme", "globex", "initech")]
+            ids = (await ca.submit_batch([s for s in specs for _ in range(8)]))["ids"]
+            done = [await cb.wait_for(i, timeout=90) for i in ids]
+    finally:
+        for p in agents:
+            p.kill()
+            p.wait(10)
+    assert [d["state"] for d in done] == ["succeeded"] * 24, [d["state"] for d in done]
+    key_of = {d["id"]: d["concurrency_key"] for d in done}
+    agents_seen = {d["agent"] for d in done}
+    runs = recorded_runs(tmp_path)
+    peak: dict[str, int] = {}
+    running: dict[str, int] = {}
+    # ends before starts at one instant: a run that ended as another began did not overlap it
+    for what, job, _, _ in sorted(runs, key=lambda r: (r[3], r[0] == "start")):
+        k = key_of[job]
+        running[k] = running.get(k, 0) + (1 if what == "start" else -1)
+        peak[k] = max(peak.get(k, 0), running[k])
+    assert len(runs) == 48, f"every run notes its start and end, got {len(runs)} notes"
+    assert max(peak.values()) <= 2, f"runs of one key at once, as the tasks recorded: {peak} (limit 2)"
+    assert 2 in peak.values(), f"the limit should be reached with 8 slots for 3 keys, peaks {peak}"
+    assert agents_seen == {"keys-0", "keys-1"}, f"both nodes' agents should run jobs, saw {agents_seen}"

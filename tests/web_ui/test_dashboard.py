@@ -253,3 +253,32 @@ def test_queue_limits_are_shown_and_changed_from_the_queues_page(open_page: Open
     expect(row.locator(".queue-keys")).to_have_text("3")
     [q] = [q for q in api(web, "queues") if q["name"] == "limits-q"]
     assert (q["rate_limit"], q["rate_burst"], q["key_concurrency"], q["concurrency"]) == (2.5, 4, 3, None), q
+
+
+def test_the_queues_page_shows_per_key_usage_and_circuit_breakers(open_page: OpenPage, web: Dashboard) -> None:
+    from tests.store.test_two_node_breakers import FlakyHost
+
+    host = FlakyHost()
+    sleep = {"kind": "python", "function": "agents.builtin:sleep", "args": [30]}
+    try:
+        api(web, "submit", {"task": sleep, "queue": "web-keys-q", "delay": 3600})
+        api(web, "update_queue", "web-keys-q", key_concurrency=1, breaker_min_requests=2, breaker_reset=300.0)
+        jobs = [api(web, "submit", {"task": sleep, "queue": "web-keys-q", "concurrency_key": k, "fairness_key": k})
+                for k in ("acme", "acme", "acme", "zeta")]  # fmt: skip
+        for _ in range(2):
+            dead = api(web, "submit", {"task": {"kind": "http", "url": f"http://{host.address}/"},
+                                       "queue": "web-keys-q", "max_attempts": 1})  # fmt: skip
+            api(web, "wait_for", dead["id"], timeout=20)
+        page = open_page("/queues")
+        page.locator("#queue-row-web-keys-q").get_by_role("button", name="Keys").click()
+        panel = page.locator("#keys-panel")
+        expect(panel).to_contain_text("Per-key usage of queue web-keys-q")
+        expect(panel.locator("#keys-running")).to_contain_text("acme1 of 1")
+        expect(panel.locator("#keys-running")).to_contain_text("zeta1 of 1")
+        expect(panel.locator("#keys-waiting")).to_contain_text("acme2")
+        breaker = page.locator(f'[id="breaker-row-web-keys-q-{host.address}"]')
+        expect(breaker).to_contain_text("open")
+        expect(breaker).to_contain_text(f"circuit open for host {host.address} (queue 'web-keys-q')")
+    finally:
+        host.server.shutdown()
+        api(web, "bulk", "cancel", ids=[j["id"] for j in jobs])

@@ -1,4 +1,4 @@
-"""Queues (pause, resume, concurrency) and Agents (slots, heartbeats, drain)."""
+"""Queues (pause, resume, limits, per-key usage, circuit breakers) and Agents (slots, heartbeats, drain)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,23 @@ class QueuesState(AppState):
     rate_value: str = ""
     burst_value: str = ""
     key_value: str = ""
+    breakers: list[dict[str, str]] = []
+    keys_queue: str = ""  # the queue whose per-key usage is shown
+    key_running: list[dict[str, str]] = []
+    key_waiting: list[dict[str, str]] = []
+    keys_note: str = ""
 
     async def fetch(self) -> None:
+        client = self.client()
+        self.breakers = [
+            {"queue": b["queue"], "host": b["host"], "state": b["state"], "mode": b["mode"],
+             "window": f"{b['requests']:g} sent, {b['failures']:g} failed in {b['settings']['window']:g} s"
+             if b["state"] == "closed" else "nothing sent while open",
+             "opened": str(b["times_opened"]), "reason": b["reason"] or ""}
+            for b in await client.breakers()
+        ]  # fmt: skip
+        if self.keys_queue:
+            await self._fetch_keys()
         rows = []
         for q in await self.client().queues():
             counts = q.get("counts") or {}
@@ -46,8 +61,34 @@ class QueuesState(AppState):
             })  # fmt: skip
         self.queues = rows
 
+    async def _fetch_keys(self) -> None:
+        u = await self.client().queue_keys(self.keys_queue)
+        limit = u["key_concurrency"]
+        self.key_running = [{"key": r["key"], "running": str(r["running"]) + ("" if limit is None else f" of {limit}")}
+                            for r in u["running_by_concurrency_key"]]  # fmt: skip
+        self.key_waiting = [{"key": w["key"], "waiting": f"{w['waiting']:,}", "served": f"{w['served']:g}"}
+                            for w in u["waiting_by_fairness_key"]]  # fmt: skip
+        notes = ["no per-key limit" if limit is None else f"at most {limit} running jobs of one concurrency key"]
+        if u["more_running_keys"] or u["more_waiting_keys"]:
+            notes.append("the busiest 100 keys are listed")
+        if u["waiting_capped"]:
+            notes.append(f"the first {u['waiting_counted']:,} waiting jobs were counted")
+        self.keys_note = "; ".join(notes)
+
+    async def show_keys(self, name: str) -> Any:
+        self.keys_queue = name
+        try:
+            await self._fetch_keys()
+        except JobDeckError as exc:
+            self.keys_queue = ""
+            return self.failed(exc)
+        return None
+
+    def hide_keys(self) -> None:
+        self.keys_queue = ""
+
     async def live_refresh(self, changes: list[Change] | None) -> None:
-        if touched(changes, "queue.", "job."):
+        if touched(changes, "queue.", "job.", "breaker."):
             await self.fetch()
 
     async def load(self) -> Any:
@@ -178,6 +219,15 @@ def _queue_row(q: Any) -> rx.Component:
                     disabled=q["refuse_configure"] != "",
                     title=q["refuse_configure"],
                 ),
+                rx.button(
+                    "Keys",
+                    size="1",
+                    variant="soft",
+                    color_scheme="gray",
+                    on_click=QueuesState.show_keys(q["name"]),
+                    title="running jobs per concurrency key, waiting jobs per fairness key",
+                    class_name="queue-keys-button",
+                ),
                 spacing="1",
             )
         ),
@@ -258,7 +308,103 @@ def queues_page() -> rx.Component:
             width="100%",
             id="queues-table",
         ),
+        _keys_panel(),
+        rx.heading("Circuit breakers", size="4", margin_top="1.5em"),
+        rx.text(
+            "One per queue and host its http jobs call, shared by every agent and node: open, nothing is sent to "
+            "the host (its jobs wait, or fail at once in fail mode) until a trial request succeeds.",
+            size="2",
+            color_scheme="gray",
+        ),
+        rx.cond(
+            QueuesState.breakers.length() > 0,  # type: ignore[attr-defined]
+            rx.table.root(
+                rx.table.header(
+                    rx.table.row(
+                        *(
+                            rx.table.column_header_cell(h)
+                            for h in ("Queue", "Host", "State", "Mode", "Window", "Opened", "Why")
+                        )
+                    )
+                ),
+                rx.table.body(rx.foreach(QueuesState.breakers, _breaker_row)),
+                width="100%",
+                id="breakers-table",
+            ),
+            rx.text("No breakers yet.", size="2", id="no-breakers"),
+        ),
         _limit_dialog(),
+    )
+
+
+def _breaker_row(b: Any) -> rx.Component:
+    state = rx.match(
+        b["state"],
+        ("open", rx.badge("open", color_scheme="red")),
+        ("half_open", rx.badge("half open", color_scheme="orange")),
+        rx.badge("closed", color_scheme="green"),
+    )
+    return rx.table.row(
+        rx.table.cell(b["queue"]),
+        rx.table.row_header_cell(b["host"]),
+        rx.table.cell(state),
+        rx.table.cell(b["mode"]),
+        rx.table.cell(b["window"]),
+        rx.table.cell(b["opened"]),
+        rx.table.cell(rx.text(b["reason"], size="1")),
+        id="breaker-row-" + b["queue"] + "-" + b["host"],
+    )
+
+
+def _key_table(title: str, heads: tuple[str, ...], rows: Any, cells: Any, id_: str) -> rx.Component:
+    return rx.box(
+        rx.heading(title, size="3"),
+        rx.cond(
+            rows.length() > 0,
+            rx.table.root(
+                rx.table.header(rx.table.row(*(rx.table.column_header_cell(h) for h in heads))),
+                rx.table.body(rx.foreach(rows, lambda r: rx.table.row(*(rx.table.cell(r[c]) for c in cells)))),
+                id=id_,
+            ),
+            rx.text("none", size="2"),
+        ),
+        flex="1",
+    )
+
+
+def _keys_panel() -> rx.Component:
+    return rx.cond(
+        QueuesState.keys_queue != "",
+        rx.card(
+            rx.hstack(
+                rx.heading("Per-key usage of queue ", QueuesState.keys_queue, size="4"),
+                rx.button("Close", size="1", variant="soft", color_scheme="gray", on_click=QueuesState.hide_keys),
+                justify="between",
+                width="100%",
+            ),
+            rx.text(QueuesState.keys_note, size="2", color_scheme="gray"),
+            rx.hstack(
+                _key_table(
+                    "Running, per concurrency key",
+                    ("Key", "Running"),
+                    QueuesState.key_running,
+                    ("key", "running"),
+                    "keys-running",
+                ),
+                _key_table(
+                    "Waiting, per fairness key",
+                    ("Key", "Waiting", "Served (starts / weight)"),
+                    QueuesState.key_waiting,
+                    ("key", "waiting", "served"),
+                    "keys-waiting",
+                ),
+                spacing="6",
+                width="100%",
+                align="start",
+            ),
+            margin_top="1em",
+            id="keys-panel",
+        ),
     )
 
 
