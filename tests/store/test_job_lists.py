@@ -99,9 +99,14 @@ async def test_a_count_past_its_budget_is_an_estimate(kit: StoreKit) -> None:
     """A count that would read every candidate row (a search) gives way to an estimate when its
     budget is spent: the matching share of the newest jobs, times all jobs, marked not exact."""
     s = kit.store
-    await submit(s, *({"name": f"cust-{i}" if i % 3 == 0 else f"other-{i}"} for i in range(3000)))
+    await submit(
+        s, *({"name": f"cust-{i}", "tags": ["c"]} if i % 3 == 0 else {"name": f"other-{i}"} for i in range(3000))
+    )
     assert await s.count_jobs(JobFilter(search="cust-")) == (1000, True)
-    assert await s.count_jobs(JobFilter(search="cust-"), budget_ms=0) == (1000, False)
+    estimate, exact = await s.count_jobs(JobFilter(search="cust-"), budget_ms=0)
+    assert not exact and 850 <= estimate <= 1150, f"expected about 1,000 (an estimate), got {estimate} ({exact})"
+    tagged = await s.count_jobs(JobFilter(tag="c", states=["queued"]), budget_ms=0)
+    assert not tagged[1] and 850 <= tagged[0] <= 1150, f"a tag and a state: expected about 1,000, got {tagged}"
     assert await s.count_jobs(JobFilter(states=["queued"]), budget_ms=0) == (3000, True), "counters need no budget"
 
 
