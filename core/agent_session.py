@@ -56,6 +56,7 @@ class AgentSession:
         self.finishing: dict[int, int] = {}
         self._results: list[Message] = []  # results received, waiting for the recorder
         self._recorder: asyncio.Task[None] | None = None
+        self._recording: set[asyncio.Task[None]] = set()  # result batches written into a held commit
         self.connected_at = time.time()
         self.last_heartbeat = self.connected_at
         self.draining = False
@@ -145,21 +146,30 @@ class AgentSession:
             if self.running.get(job_id) == attempt:
                 self.finishing[job_id] = attempt
         self._results += results
-        if self._recorder is None or self._recorder.done():
+        if self.hub.engine.pair_with_claim():
+            # Writes wait for the claim that fills these slots: record now, into the same commit,
+            # even while an earlier batch commits (the one writer keeps their order).
+            batch, self._results = self._results, []
+            task = asyncio.create_task(self._record_batch(batch), name=f"jobdeck-results-{self.name}")
+            self._recording.add(task)
+            task.add_done_callback(self._recording.discard)
+        elif self._recorder is None or self._recorder.done():
             self._recorder = asyncio.create_task(self._record(), name=f"jobdeck-results-{self.name}")
-        self.hub.engine.wake()  # their slots are free for the next claim
 
     async def _record(self) -> None:
         while self._results:
             batch, self._results = self._results, []
-            self.hub.engine.result_batches += 1
-            self.hub.engine.results += len(batch)
-            try:
-                await self.hub.finish_attempts(self, batch)
-            except Exception:
-                log.exception("could not record %d results from agent %s", len(batch), self.name)
-            finally:
-                for r in batch:
-                    job_id = int(r["job_id"])
-                    if self.finishing.get(job_id) == int(r["attempt"]):
-                        del self.finishing[job_id]
+            await self._record_batch(batch)
+
+    async def _record_batch(self, batch: list[Message]) -> None:
+        self.hub.engine.result_batches += 1
+        self.hub.engine.results += len(batch)
+        try:
+            await self.hub.finish_attempts(self, batch)
+        except Exception:
+            log.exception("could not record %d results from agent %s", len(batch), self.name)
+        finally:
+            for r in batch:
+                job_id = int(r["job_id"])
+                if self.finishing.get(job_id) == int(r["attempt"]):
+                    del self.finishing[job_id]

@@ -99,6 +99,7 @@ class Engine:
         self.queue_settings: dict[str, QueueLimits] = {}
         self._next_room_at: float | None = None  # when a rate limit that held jobs back lets the next start
         self._wake_dispatch = asyncio.Event()
+        self._writes_held: asyncio.TimerHandle | None = None  # see pair_with_claim
         self._wake_promote = asyncio.Event()
         self._wake_schedules = asyncio.Event()
         self._prepared: dict[int, Firing] = {}  # schedule id -> its next firing, planned ahead
@@ -147,6 +148,26 @@ class Engine:
     def wake(self) -> None:
         """Tell the dispatcher there may be work or room."""
         self._wake_dispatch.set()
+
+    def pair_with_claim(self) -> bool:
+        """Results just freed slots: hold the store's writes until the dispatcher has queued the
+        claim that fills them, so results and claim share one commit instead of taking one each.
+        True while writes are held (the caller writes its results now, into that commit). The
+        bound is twice claim_coalesce_ms: the claim may wait that long for freed slots to add up."""
+        self._wake_dispatch.set()
+        if self._writes_held is not None:
+            return True
+        window = self.settings.claim_coalesce_ms / 1000.0
+        if window <= 0 or not self.store.hold_writes():
+            return False
+        self._writes_held = asyncio.get_running_loop().call_later(2 * window, self._let_writes_go)
+        return True
+
+    def _let_writes_go(self) -> None:
+        if self._writes_held is not None:
+            self._writes_held.cancel()
+            self._writes_held = None
+            self.store.release_writes()
 
     def wake_promoter(self) -> None:
         """Tell the promoter a job may be due sooner than it thought."""
@@ -465,8 +486,11 @@ class Engine:
             await self._wait(self._wake_dispatch, timeout)
             while True:
                 await self._gather_free_slots()
-                if not await self._dispatch_round():
-                    break
+                try:
+                    if not await self._dispatch_round():
+                        break
+                finally:
+                    self._let_writes_go()  # nothing (more) to claim: what was held goes now
 
     async def _gather_free_slots(self) -> None:
         """Let freed slots add up for a moment before claiming, but only while every agent with
@@ -511,6 +535,8 @@ class Engine:
             req = ClaimRequest(s.name, min(plan.limit, s.free, self.settings.claim_batch), plan.queues,
                                paused | plan.leave, mine, s.labels)  # fmt: skip
             now = self.clock()
+            # The claim's op is queued when claim_jobs first runs; the held results go with it.
+            asyncio.get_running_loop().call_soon(self._let_writes_go)
             jobs = await self.store.claim_jobs(req, now)
             if req.wake_at is not None and (self._next_room_at is None or req.wake_at < self._next_room_at):
                 self._next_room_at = req.wake_at

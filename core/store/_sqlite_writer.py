@@ -141,7 +141,9 @@ class Writer:
         self._trace = trace
         self._clock = clock
         self._on_commit = on_commit
-        self._queue: queue.SimpleQueue[tuple[Op, asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        # Each item is a list of ops: one, or those queued while writes were held (see `hold`).
+        self._queue: queue.SimpleQueue[list[tuple[Op, asyncio.Future[Any]]] | None] = queue.SimpleQueue()
+        self._held: list[tuple[Op, asyncio.Future[Any]]] | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -161,6 +163,7 @@ class Writer:
         if self._thread is None or self._closed:
             return
         self._closed = True
+        self.release()
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
 
@@ -171,8 +174,24 @@ class Writer:
         if self._closed:
             fut.set_exception(Unavailable("the store is closed"))
             return fut
-        self._queue.put((op, fut))
+        if self._held is not None:
+            self._held.append((op, fut))
+        else:
+            self._queue.put([(op, fut)])
         return fut
+
+    def hold(self) -> None:
+        """Keep the ops queued from now on until `release`, then hand them over at once: they go in
+        one transaction (the engine pairs the results that free slots with the claim that fills
+        them: one commit, not two). The caller bounds the hold (a timer)."""
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        """Hand the held ops to the writer (nothing if none were held)."""
+        held, self._held = self._held, None
+        if held:
+            self._queue.put(held)
 
     # -- the thread
 
@@ -202,7 +221,7 @@ class Writer:
             item = self._queue.get()
             if item is None:
                 break
-            batch = [item]
+            batch = item
             while len(batch) < MAX_OPS_PER_COMMIT:
                 try:
                     more = self._queue.get_nowait()
@@ -211,7 +230,7 @@ class Writer:
                 if more is None:
                     self._queue.put(None)
                     break
-                batch.append(more)
+                batch += more
             next_seq, next_job_id = self._commit(conn, batch, next_seq, next_job_id)
         stop_checkpoints.set()
         checkpointer.join()

@@ -169,6 +169,13 @@ class PostgresStore(
             except Exception as exc:  # the database restarting, say: try again next time
                 log.warning("store maintenance failed (will try again): %s", exc)
 
+    def hold_writes(self) -> bool:
+        """False: nothing to hold, this writer runs several transactions at once (see SQLiteStore.hold_writes)."""
+        return False
+
+    def release_writes(self) -> None:
+        """Nothing was held."""
+
     def observe_commits(self, observe: Callable[[float], None]) -> None:
         """Report each transaction's duration in seconds (the node's store-commit histogram)."""
         self._observe_commit = observe

@@ -537,6 +537,15 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
     def schema_version(self) -> int:
         return self._writer.schema_version
 
+    def hold_writes(self) -> bool:
+        """Queue writes without starting them until `release_writes` (see Writer.hold); True."""
+        self._writer.hold()
+        return True
+
+    def release_writes(self) -> None:
+        """Start the writes held since `hold_writes`, all in one transaction."""
+        self._writer.release()
+
     def _write(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:
         scope = audit.begin()
         if scope is None:

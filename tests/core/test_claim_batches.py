@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import RunningNode, until
@@ -26,6 +27,16 @@ async def counts(running: RunningNode, queue: str) -> dict[str, int]:
     return {}
 
 
+async def store_commits(running: RunningNode) -> int:
+    """Store transactions the node committed so far (its /metrics)."""
+    async with httpx.AsyncClient(base_url=running.url) as http:
+        text = (await http.get("/metrics")).text
+    for line in text.splitlines():
+        if line.startswith("jobdeck_store_commit_seconds_count"):
+            return int(float(line.split()[-1]))
+    raise AssertionError("GET /metrics has no jobdeck_store_commit_seconds_count")
+
+
 async def test_claim_and_result_batches_stay_full_with_io_jobs(running: RunningNode) -> None:
     c = running.client
     probe = await c.submit({**ping_job("io"), "delay": 86_400})  # makes the queue, to pause it
@@ -33,6 +44,7 @@ async def test_claim_and_result_batches_stay_full_with_io_jobs(running: RunningN
     await c.job_action(probe["id"], "cancel")
     await c.submit_batch([ping_job("io")] * JOBS)
     before = running.engine.dispatch_counts()
+    commits_before = await store_commits(running)
     await c.queue_action("io", "resume")
 
     async def drained() -> dict[str, int] | None:
@@ -42,6 +54,7 @@ async def test_claim_and_result_batches_stay_full_with_io_jobs(running: RunningN
 
     await until(drained, 180, f"{JOBS} PING jobs to succeed")
     after = running.engine.dispatch_counts()
+    commits = await store_commits(running) - commits_before
     claims = after["claims"] - before["claims"]
     claimed = after["jobs_claimed"] - before["jobs_claimed"]
     batches = after["result_batches"] - before["result_batches"]
@@ -52,6 +65,11 @@ async def test_claim_and_result_batches_stay_full_with_io_jobs(running: RunningN
     )
     assert results / batches >= 8, (
         f"mean result batch {results / batches:.1f} ({results} in {batches} transactions), want >= 8"
+    )
+    # The results that free slots and the claim that fills them share a commit (SQLite: one writer).
+    assert commits <= 0.85 * (claims + batches), (
+        f"{commits} commits for {claims} claims and {batches} result batches: results and claims "
+        "should share commits (want at most 0.85 of the sum; one commit each gives about 0.9)"
     )
     stats = await c.stats()
     assert stats["dispatch"]["claims"] == after["claims"], f"GET /v1/stats dispatch {stats['dispatch']} vs {after}"
