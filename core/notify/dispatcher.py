@@ -10,9 +10,8 @@ lets one probe through after a cool-down (1 s doubling to 60 s); the probe's suc
 makes every waiting delivery of the channel due at once. While it is open no attempt is spent, so
 a receiver down for minutes loses nothing. Only failures while closed and failed probes count
 toward the channel's auto-disable limit. A slow receiver holds only its own workers, and each
-channel has its own small HTTP connection pool: httpcore looks at every pooled connection on each
-request, so one shared pool of hundreds made every send pay for all channels' connections (it was
-half of the dispatcher's CPU with 10 busy channels).
+channel has its own keep-alive connections (core/notify/http1.py: httpx's layers were most of the
+sending node's CPU; a shared httpx pool also made every send scan all channels' connections).
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from core.notify.http1 import Http1Client, proxied
 from core.notify.senders import Sent, send_email, send_webhook
 from core.store.notifications import AttemptResult
 
@@ -100,13 +100,21 @@ class _Channel:
     breaker: Breaker = field(default_factory=Breaker)
     settings: dict[str, Any] | None = None
     read_at: float = 0.0
-    http: httpx.AsyncClient | None = None  # its own keep-alive connections, at most one per worker
+    http: Http1Client = field(default_factory=Http1Client)  # its own keep-alive connections
+    proxied_http: httpx.AsyncClient | None = None  # for a URL an environment proxy applies to
 
-    def client(self) -> httpx.AsyncClient:
-        if self.http is None:
+    def client(self, url: str) -> Http1Client | httpx.AsyncClient:
+        if not proxied(url):
+            return self.http
+        if self.proxied_http is None:
             limits = httpx.Limits(max_connections=WORKERS_PER_CHANNEL, max_keepalive_connections=WORKERS_PER_CHANNEL)
-            self.http = httpx.AsyncClient(limits=limits, follow_redirects=False)
-        return self.http
+            self.proxied_http = httpx.AsyncClient(limits=limits, follow_redirects=False)
+        return self.proxied_http
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        if self.proxied_http is not None:
+            await self.proxied_http.aclose()
 
 
 class Dispatcher:
@@ -145,13 +153,13 @@ class Dispatcher:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(self._recorder, 10)
         unsent = [d["id"] for ch in self._channels.values() for d in ch.queue]
-        clients = [ch.http for ch in self._channels.values() if ch.http is not None]
+        channels = list(self._channels.values())
         self._channels.clear()
         if unsent:
             with contextlib.suppress(Exception):
                 await self.store.release_deliveries(unsent)
-        for http in clients:
-            await http.aclose()
+        for ch in channels:
+            await ch.aclose()
 
     def wake(self) -> None:
         """New deliveries were written: claim now rather than at the next poll."""
@@ -247,7 +255,7 @@ class Dispatcher:
     async def _attempt(self, channel: dict[str, Any], ch: _Channel, d: dict[str, Any]) -> None:
         try:
             if channel["kind"] == "webhook":
-                sent = await send_webhook(ch.client(), channel, d, self.clock())
+                sent = await send_webhook(ch.client(channel["config"]["url"]), channel, d, self.clock())
             else:
                 sent = await send_email(channel, d)
         except Exception as exc:  # a bug in a sender: the attempt fails, the dispatcher goes on

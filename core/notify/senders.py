@@ -15,6 +15,7 @@ import httpx
 import orjson
 
 from core.notify import signing
+from core.notify.http1 import AnswerError, Http1Client
 
 EXCERPT = 500  # characters of a receiver's answer kept in the delivery log
 USER_AGENT = "JobDeck-Webhooks/1"
@@ -36,13 +37,16 @@ def body_of(payload: dict[str, Any]) -> bytes:
     return orjson.dumps(payload)
 
 
-async def send_webhook(http: httpx.AsyncClient, channel: dict[str, Any], delivery: dict[str, Any], now: float) -> Sent:
-    """POST the delivery's payload, signed, to the channel's URL."""
+async def send_webhook(http: Http1Client | httpx.AsyncClient, channel: dict[str, Any], delivery: dict[str, Any],
+                       now: float) -> Sent:  # fmt: skip
+    """POST the delivery's payload, signed, to the channel's URL (httpx only where a proxy applies)."""
     cfg, sec = channel["config"], channel["secrets"]
     body = body_of(delivery["payload"])
     headers = {"content-type": "application/json", "user-agent": USER_AGENT, **sec.get("headers", {})}
     headers.update(signing.headers(signing.secret_key(sec["secret"]), delivery["message_id"], int(now), body))
     started = time.perf_counter()
+    if isinstance(http, Http1Client):
+        return await _send_http1(http, cfg, headers, body, started)
     try:
         r = await http.post(cfg["url"], content=body, headers=headers, timeout=float(cfg.get("timeout", 10.0)))
     except httpx.TimeoutException:
@@ -52,6 +56,20 @@ async def send_webhook(http: httpx.AsyncClient, channel: dict[str, Any], deliver
     excerpt = r.text[:EXCERPT] if r.content else None
     ok = 200 <= r.status_code < 300
     return Sent(ok, r.status_code, _ms(started), excerpt, None if ok else f"HTTP {r.status_code}")
+
+
+async def _send_http1(http: Http1Client, cfg: dict[str, Any], headers: dict[str, str], body: bytes,
+                      started: float) -> Sent:  # fmt: skip
+    timeout = float(cfg.get("timeout", 10.0))
+    try:
+        status, answer = await http.post(cfg["url"], headers, body, timeout)
+    except TimeoutError:
+        return Sent(False, None, _ms(started), None, f"no answer within {cfg.get('timeout', 10.0)} s")
+    except (OSError, AnswerError, ValueError) as exc:
+        return Sent(False, None, _ms(started), None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    excerpt = answer.decode("utf-8", errors="replace")[:EXCERPT] if answer else None
+    ok = 200 <= status < 300
+    return Sent(ok, status, _ms(started), excerpt, None if ok else f"HTTP {status}")
 
 
 async def send_email(channel: dict[str, Any], delivery: dict[str, Any]) -> Sent:

@@ -209,5 +209,6 @@ class NotifySink:
         made = await self.store.save_rule_states(states, items, emits, claim_ttl=CLAIM_TTL)
         claimed = {it["message_id"] for it in items if it["claim"]}
         dispatcher.take([d for d in made if d["message_id"] in claimed])
-        if len(claimed) < len(items):
-            dispatcher.wake()
+        # No wake-up for the rest: their channel's breaker is open or its queue full (or this node
+        # does not send), so a claim now would find nothing to take; the dispatchers' polls will.
+        # (A claim per relay round also scans every waiting delivery of a hanging channel.)
