@@ -31,6 +31,7 @@ import orjson
 from core.config import Settings
 from core.errors import InvalidInput, NotFound
 from core.model import utcnow
+from core.relay.relay import node_identity
 from core.store.archive import Cutoffs
 
 log = logging.getLogger("jobdeck.retention")
@@ -38,6 +39,8 @@ log = logging.getLogger("jobdeck.retention")
 FILE_NAME = re.compile(r"^jobs-(\d{4}-\d{2}-\d{2})\.jsonl\.gz$")
 FILE_PATTERN = r"^jobs-\d{4}-\d{2}-\d{2}\.jsonl\.gz$"
 DAY = 86400.0
+LEASE = "retention"  # the store's lease row (core/store/relay_cursors.py LEASE_ONLY)
+LEASE_SECONDS = 120.0  # renewed before each batch; a batch (read, archive with fsync, purge) takes far less
 
 
 def archive_dir(settings: Settings) -> Path:
@@ -118,8 +121,8 @@ class Archive:
 
 
 class Retention:
-    """The loop that archives and purges; one per node (several nodes may run it: a job purged by
-    another node is simply not found again)."""
+    """The loop that archives and purges; one per node, and one node at a time holds the lease that
+    lets it (the store's `retention` lease row, as the outbox relays hold theirs)."""
 
     def __init__(self, store: Any, settings: Settings, metrics: Any = None, clock: Any = utcnow) -> None:
         self.store = store
@@ -127,6 +130,7 @@ class Retention:
         self.metrics = metrics
         self.clock = clock
         self.archive = Archive(archive_dir(settings))
+        self.holder = node_identity()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -153,11 +157,27 @@ class Retention:
             await asyncio.sleep(self.settings.retention_interval_seconds)
 
     async def run_once(self, max_batches: int | None = None) -> tuple[int, int]:
-        """Archive and purge batches until none is left (or `max_batches`): (archived, purged)."""
+        """Archive and purge batches until none is left (or `max_batches`): (archived, purged).
+        Only while this node holds the store's retention lease: with several nodes, one archives at a
+        time, so no batch is written to two archives (or twice to one) before it is purged."""
+        lease = await self.store.claim_relay(LEASE, self.holder, LEASE_SECONDS)
+        if lease is None:
+            return 0, 0  # another node is archiving
+        try:
+            return await self._rounds(lease, max_batches)
+        finally:
+            await self.store.release_relay(lease)
+
+    async def _rounds(self, lease: Any, max_batches: int | None) -> tuple[int, int]:
         archived = purged = batches = 0
         while max_batches is None or batches < max_batches:
             cut = cutoffs(self.settings, self.clock())
             if cut is None:
+                break
+            lease = await self.store.advance_relay(lease, 0, LEASE_SECONDS)  # renewed before each batch
+            if lease is None:
+                log.warning("the retention lease lapsed (this node stalled for %.0f s); another node goes on",
+                            LEASE_SECONDS)  # fmt: skip
                 break
             records = await self.store.archivable_jobs(cut, self.settings.retention_batch)
             if not records:

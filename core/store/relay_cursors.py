@@ -1,4 +1,5 @@
-"""The positions and leases of the outbox relays (core/relay/), on both stores.
+"""The positions and leases of the outbox relays (core/relay/), on both stores; the rows named in
+LEASE_ONLY are leases alone (the retention rounds hold one, so one node archives at a time).
 
 Each relay (one per sink: "kafka", later "notify") has one row in `relay_cursors`: the last event
 sequence number its sink acknowledged, and a lease naming the one node that may move it. The
@@ -63,6 +64,10 @@ class RelayPosition:
 
 
 _COLUMNS = "name, acked_seq, holder, lease_until, epoch, acked_at"
+#: Rows that are a lease only, with no position in the events (the retention rounds, core/retention.py):
+#: not relays, so not in relay_positions.
+LEASE_ONLY = ("retention",)
+_RELAYS_ONLY = "name NOT IN (" + ", ".join(f"'{n}'" for n in LEASE_ONLY) + ")"
 
 
 def _position(row: Any, next_ts: float | None) -> RelayPosition:
@@ -123,7 +128,7 @@ class SQLiteRelayCursors:
 
         def q(c: sqlite3.Connection) -> list[RelayPosition]:
             out = []
-            for row in c.execute(f"SELECT {_COLUMNS} FROM relay_cursors ORDER BY name").fetchall():
+            for row in c.execute(f"SELECT {_COLUMNS} FROM relay_cursors WHERE {_RELAYS_ONLY} ORDER BY name").fetchall():
                 nxt = c.execute("SELECT ts FROM events WHERE seq > ? ORDER BY seq LIMIT 1", (row[1],)).fetchone()
                 out.append(_position(row, None if nxt is None else nxt[0]))
             return out
@@ -199,7 +204,7 @@ class PostgresRelayCursors:
         async def q(c: Conn) -> list[RelayPosition]:
             rows = await c.fetch(
                 f"SELECT {_COLUMNS}, (SELECT ts FROM events WHERE seq > r.acked_seq ORDER BY seq LIMIT 1) "
-                "FROM relay_cursors r ORDER BY name"
+                f"FROM relay_cursors r WHERE {_RELAYS_ONLY} ORDER BY name"
             )
             return [_position(tuple(r), r[6]) for r in rows]
 

@@ -4,6 +4,7 @@ ids, attempts and tags (a second restore skips them). The Retention loop over a 
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,11 @@ import orjson
 
 from core.config import load_settings
 from core.model import RunResult, build_job, decide_finish, decide_retry
-from core.retention import Archive, Retention
+from core.retention import LEASE, Archive, Retention
 from core.store.archive import Cutoffs
 from core.store.base import ClaimRequest, JobFilter
 from tests.store.conftest import POLICY, StoreKit
+from tests.store.test_conformance import two_nodes
 
 DAY = 86400.0
 NOW = 1_790_000_000.0  # 2026-09-21
@@ -100,6 +102,31 @@ async def test_the_retention_loop_archives_by_day_and_purges(kit: StoreKit, tmp_
     assert archive.find(day_b[2]) == ("jobs-2026-08-13.jsonl.gz", next(
         r for r in archive.records("jobs-2026-08-13.jsonl.gz") if r["job"]["id"] == day_b[2]))  # fmt: skip
     assert await retention.run_once() == (0, 0), "nothing left to do"
+
+
+@two_nodes
+async def test_two_nodes_never_archive_the_same_batch(kit: StoreKit, tmp_path: Path) -> None:
+    """Both nodes run a retention round at once, each to its own archive folder: one holds the
+    store's retention lease and archives everything, the other archives nothing; no job is in both."""
+    other = await kit.another()
+    old = await finished_jobs(kit.store, 40, "q", NOW - 40 * DAY)
+    rounds = []
+    for name, store in (("a", kit.store), ("b", other)):
+        settings = load_settings(environ={}, data_dir=tmp_path / name, job_retention_days=30, retention_batch=5,
+                                 retention_pause_seconds=0.01)  # fmt: skip
+        rounds.append(Retention(store, settings, clock=lambda: NOW))
+    done = await asyncio.gather(*(r.run_once() for r in rounds))
+    assert sorted(done) == [(0, 0), (40, 40)], done
+    archived = [[r["job"]["id"] for f in Archive(tmp_path / n / "archive").files()
+                 for r in Archive(tmp_path / n / "archive").records(f["file"])] for n in "ab"]  # fmt: skip
+    assert sorted(archived[0] + archived[1]) == old, "every job archived once, by one node"
+    lease = await other.claim_relay(LEASE, "someone-else", 60)
+    assert lease is not None, "the lease was released at the end of the round"
+    await finished_jobs(kit.store, 3, "q", NOW - 40 * DAY)
+    assert await rounds[0].run_once() == (0, 0), "while another node holds the lease, this one waits"
+    await other.release_relay(lease)
+    assert await rounds[0].run_once() == (3, 3)
+    assert [p.name for p in await kit.store.relay_positions()] == [], "the lease is not shown as a relay"
 
 
 async def test_slo_counts_of_the_jobs_finished_in_a_window(kit: StoreKit) -> None:
