@@ -8,10 +8,12 @@ Stopping a call is the agent's business: it terminates this whole process (and i
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 from typing import IO, Any
 
 import orjson
@@ -50,17 +52,49 @@ def _result(value: Any) -> bytes:
     return reply
 
 
+@contextlib.contextmanager
+def _trace_context(traceparent: str | None) -> Iterator[None]:
+    """The run's trace context as the current OpenTelemetry context during the call (when the task's
+    process has the OpenTelemetry API), so the task's own spans join the job's trace, as in an async
+    task, which runs inside the agent's run span."""
+    if not traceparent:
+        yield
+        return
+    try:
+        from opentelemetry import context, trace
+    except ImportError:
+        yield
+        return
+    try:
+        _, tid, sid, flags = traceparent.strip().split("-", 3)
+        parent = trace.SpanContext(int(tid, 16), int(sid, 16), is_remote=True,
+                                   trace_flags=trace.TraceFlags(int(flags[:2], 16)))  # fmt: skip
+    except ValueError:
+        yield
+        return
+    token = context.attach(trace.set_span_in_context(trace.NonRecordingSpan(parent)))
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
 def call(request: dict[str, Any]) -> bytes:
-    """Run one call: its env (and JOBDECK_JOB_ID / JOBDECK_ATTEMPT) set for the call only."""
+    """Run one call: its env (and JOBDECK_JOB_ID / JOBDECK_ATTEMPT, TRACEPARENT when traced) and its
+    trace context set for the call only."""
     env: dict[str, str] = request.get("env") or {}
     job = CurrentJob(int(request["job_id"]), int(request["attempt"]), env)
     call_env = {**env, "JOBDECK_JOB_ID": str(job.id), "JOBDECK_ATTEMPT": str(job.attempt)}
+    traceparent = request.get("traceparent")
+    if traceparent:
+        call_env["TRACEPARENT"] = traceparent
     saved = {k: os.environ.get(k) for k in call_env}
     os.environ.update(call_env)
     token = enter_job(job)
     try:
         fn = resolve(request["function"])
-        value = fn(*request.get("args") or [], **request.get("kwargs") or {})
+        with _trace_context(traceparent):
+            value = fn(*request.get("args") or [], **request.get("kwargs") or {})
     except TaskNotFound as exc:
         return orjson.dumps({"ok": False, "error": f"{exc} (in the agent's worker process)", "retryable": False})
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a failed call, the worker lives on

@@ -398,7 +398,8 @@ class Engine:
     async def run_schedule_now(self, schedule_id: int) -> Job:
         """Make one job from the schedule's template now, outside its timetable and its policies."""
         s = await self.store.get_schedule(schedule_id)
-        fired = await self.store.fire_schedule(s, None, self._job_maker(s, self.clock()))
+        with self.tracing.submit(1) as traceparent:  # the operator's request (and its caller's context)
+            fired = await self.store.fire_schedule(s, None, self._job_maker(s, self.clock(), traceparent))
         assert fired is not None and fired.jobs
         self._after_submit(fired.jobs)
         return fired.jobs[0]
@@ -409,18 +410,21 @@ class Engine:
         s = await self.store.get_schedule(schedule_id)
         now = self.clock()
         times = backfill_times(s, start, end, now)
-        out = await self.store.backfill_schedule(s, times, self._job_maker(s, now), overlap, dry_run)
+        with self.tracing.submit(len(times)) as traceparent:  # one trace for the backfill's jobs
+            out = await self.store.backfill_schedule(s, times, self._job_maker(s, now, traceparent), overlap, dry_run)
         self._after_submit(out.made)
         return times, out
 
-    def _job_maker(self, s: Schedule, now: float) -> Callable[[float | None], Job]:
+    def _job_maker(self, s: Schedule, now: float, traceparent: str | None = None) -> Callable[[float | None], Job]:
         """The one place a schedule's run is made from its template (every firing, manual run and
         backfill goes through here): what a fire time turns into."""
         jitter = s.policy.jitter
 
         def make(fire_time: float | None) -> Job:
             run_at = None if fire_time is None else fire_time + jitter_offset(s.id, fire_time, jitter)
-            return build_job(dict(s.job, run_at=run_at, delay=None), now, self.policy)
+            job = build_job(dict(s.job, run_at=run_at, delay=None), now, self.policy)
+            job.traceparent = traceparent
+            return job
 
         return make
 
@@ -443,6 +447,20 @@ class Engine:
             if k % 200 == 199:
                 await asyncio.sleep(0)  # the API and the other loops go on meanwhile
 
+    def _traced(self, f: Firing) -> Firing:
+        """The firing with its jobs in a trace of their own (when the firing's trace is sampled)."""
+        traceparent = self.tracing.fired(f.schedule.id, len(f.plan.fire_times))
+        if traceparent is None:
+            return f
+        make = f.make_job
+
+        def traced(fire_time: float | None) -> Job:
+            job = make(fire_time)
+            job.traceparent = traceparent
+            return job
+
+        return Firing(f.schedule, f.plan, traced)
+
     async def _fire_due_schedules(self) -> None:
         """Fire every due schedule: the prepared ones first, `schedule_fire_batch` of them per
         transaction, then what else is due (not prepared, or changed since)."""
@@ -462,7 +480,7 @@ class Engine:
 
     async def _fire(self, firings: list[Firing], now: float) -> None:
         # catch-up (which due times run) was planned; overlap (what runs beside what) is the store's
-        results = await self.store.fire_schedules(firings)
+        results = await self.store.fire_schedules([self._traced(f) for f in firings])
         for f, fired in zip(firings, results, strict=True):
             if fired is not None:
                 self._after_submit(fired.jobs)

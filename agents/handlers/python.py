@@ -48,7 +48,7 @@ async def _run_in_worker(
     function: str, args: list[Any], kwargs: dict[str, Any], env: dict[str, str], ctx: RunContext
 ) -> Outcome:
     request = {"function": function, "args": args, "kwargs": kwargs, "env": env,
-               "job_id": ctx.job_id, "attempt": ctx.attempt}  # fmt: skip
+               "job_id": ctx.job_id, "attempt": ctx.attempt, "traceparent": ctx.traceparent}  # fmt: skip
     if ctx.workers is not None:
         reply = await ctx.workers.call(request, ctx.write, ctx.kill_grace)
     else:  # no agent around (a handler called on its own): a worker process for this one call

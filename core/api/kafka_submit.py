@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from core.api.schemas import JobCreate
 from core.config import Settings
 from core.errors import JobDeckError, Unavailable
+from core.obs import logs
 from core.store import audit
 
 if TYPE_CHECKING:
@@ -75,6 +76,15 @@ def parse_submission(value: bytes | None) -> dict[str, Any]:
         msg = "this field is required" if first["type"] == "missing" else str(first["msg"])
         raise BadMessage(f"{field or 'value'}: {msg.removeprefix('Value error, ')}", field=field) from None
     return job.to_spec()
+
+
+def _traceparent(msg: ConsumerRecord[bytes, bytes]) -> str | None:
+    """The message's W3C `traceparent` header (as OpenTelemetry's Kafka instrumentations set it), if valid."""
+    for key, value in msg.headers or ():
+        if key.lower() == "traceparent" and value:
+            text = value.decode("ascii", "replace").strip()
+            return text if logs.trace_id_of(text) is not None else None
+    return None
 
 
 def idempotency_key(msg: ConsumerRecord[bytes, bytes], by_key: bool) -> str:
@@ -199,22 +209,34 @@ class KafkaSubmissions:
         are returned to be dead-lettered). Unavailable (the store is away) is raised."""
         if not good:
             return []
-        try:
-            self._count(await self.engine.submit([s for _, s in good]))
-            return []
-        except Unavailable:
-            raise
-        except JobDeckError:
-            pass
+        groups: dict[str | None, list[tuple[ConsumerRecord[bytes, bytes], dict[str, Any]]]] = {}
+        for m, spec in good:  # the messages' trace contexts: each group's jobs join its producer's trace
+            groups.setdefault(_traceparent(m), []).append((m, spec))
         refused = []
-        for m, spec in good:
+        for traceparent, group in groups.items():
             try:
-                self._count(await self.engine.submit([spec]))
+                await self._submit([spec for _, spec in group], traceparent)
+                continue
             except Unavailable:
                 raise
-            except JobDeckError as exc:
-                refused.append((m, BadMessage(exc.message, exc.field)))
+            except JobDeckError:
+                pass
+            for m, spec in group:
+                try:
+                    await self._submit([spec], traceparent)
+                except Unavailable:
+                    raise
+                except JobDeckError as exc:
+                    refused.append((m, BadMessage(exc.message, exc.field)))
         return refused
+
+    async def _submit(self, specs: list[dict[str, Any]], traceparent: str | None) -> None:
+        """Submit as a request with that `traceparent` header would: the jobs' trace is the producer's."""
+        token = logs.traceparent.set(traceparent)
+        try:
+            self._count(await self.engine.submit(specs))
+        finally:
+            logs.traceparent.reset(token)
 
     def _count(self, out: list[Any]) -> None:
         made = sum(1 for _, created in out if created)

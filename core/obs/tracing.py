@@ -1,10 +1,12 @@
 """OpenTelemetry traces: one trace per job, from the submit to its result.
 
-The submit request's span (a child of the caller's W3C `traceparent`, if it sent one) is the job's
+The submit request's span (a child of the caller's W3C `traceparent`, if it sent one; for a Kafka
+submission, the message's `traceparent` header; for a schedule's job, `jobdeck.schedule.fire`) is the job's
 parent: its context is stored on the job (`jobs.traceparent`) and every later step hangs under it,
 whichever node or agent does it: `jobdeck.wait` (due -> claimed, with the claim as its event) on the
 node that claimed it, `jobdeck.run` on the agent (its context reaches the task: TRACEPARENT in a shell
-task's environment, the current span in an async Python task), `jobdeck.result` on the node that
+task's environment, the current span in an async Python task, and in a sync one, which runs in a worker
+process, TRACEPARENT and the current context there), `jobdeck.result` on the node that
 recorded it. Steps whose times are known afterwards (the wait) are recorded with those times.
 
 Off by default (JOBDECK_TRACING=off): no SDK is imported and every hook returns at once. The caller's
@@ -73,6 +75,19 @@ class Tracing:
         with self.tracer.start_as_current_span("jobdeck.submit", context=self._parent(incoming),
                                                attributes={"jobdeck.jobs": jobs}) as span:  # fmt: skip
             yield traceparent_of(span)
+
+    def fired(self, schedule_id: int, fire_times: int) -> str | None:
+        """A schedule's firing (one span, at the moment it fires): the traceparent to store on the jobs
+        it makes, or None (no trace). Each firing starts a trace of its own, as a submit without a
+        caller's context does."""
+        if self.tracer is None:
+            return None
+        from opentelemetry.context import Context
+
+        attrs = {"jobdeck.schedule_id": schedule_id, "jobdeck.fire_times": fire_times}
+        span = self.tracer.start_span("jobdeck.schedule.fire", context=Context(), attributes=attrs)
+        span.end()
+        return traceparent_of(span) if span.get_span_context().trace_flags.sampled else None
 
     def claimed(self, jobs: Iterable[Job], began: float, agent: str) -> None:
         """Each traced job's wait, from when it was due to its claim, with the claim in it: one

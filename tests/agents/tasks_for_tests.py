@@ -208,3 +208,13 @@ async def tagged_async(x: int) -> dict[str, Any]:
 
 
 alias_of_tagged_async = tagged_async  # a @task reached by another name than the one it registered
+
+
+def trace_context() -> dict[str, Any]:
+    """The OpenTelemetry context this sync call runs in (a worker process), and its TRACEPARENT."""
+    from opentelemetry import trace
+
+    c = trace.get_current_span().get_span_context()
+    import os
+
+    return {"trace_id": f"{c.trace_id:032x}", "span_id": f"{c.span_id:016x}", "env": os.environ.get("TRACEPARENT")}

@@ -23,12 +23,14 @@ def submit_settings(tmp_path: Path, bootstrap: str, group: str = "jobdeck") -> A
                          kafka_options={"consumer": CONSUMER_OPTIONS})  # fmt: skip
 
 
-async def produce(bootstrap: str, messages: list[tuple[bytes | None, bytes | None]]) -> None:
+async def produce(
+    bootstrap: str, messages: list[tuple[bytes | None, bytes | None]], headers: list[tuple[str, bytes]] | None = None
+) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
         for key, value in messages:
-            await producer.send_and_wait(TOPIC, value, key=key)
+            await producer.send_and_wait(TOPIC, value, key=key, headers=headers)
     finally:
         await producer.stop()
 
@@ -89,6 +91,27 @@ async def test_good_duplicate_and_bad_messages(broker: TansuBroker, tmp_path: Pa
             assert sorted(j["name"] for j in found) == ["k-four", "k-one", "k-three", "k-two"], found
             subs = node.kafka_submissions
             assert subs is not None and (subs.taken, subs.duplicates) == (1, 4), (subs.taken, subs.duplicates)
+    finally:
+        await stop_node(node, task)
+
+
+async def test_a_message_s_traceparent_header_is_its_jobs_trace(broker: TansuBroker, tmp_path: Path) -> None:
+    """The producer's W3C trace context (the `traceparent` header OpenTelemetry's Kafka instrumentations
+    set) is the job's, as a traceparent header is on POST /v1/jobs; a message without one has none."""
+    await create_topic(broker.bootstrap, TOPIC, 1)
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    await produce(
+        broker.bootstrap,
+        [(None, job(name="t-traced"))],
+        headers=[("traceparent", f"00-{trace}-b7ad6b7169203331-01".encode())],
+    )
+    await produce(broker.bootstrap, [(None, job(name="t-plain"))], headers=[("traceparent", b"00-zz-bad")])
+    node, url, task = await start_node(submit_settings(tmp_path, broker.bootstrap))
+    try:
+        async with JobDeckClient(url) as client:
+            found = await until(lambda: _at_least(jobs_named(client, "t-"), 2), 30, "both messages stored as jobs")
+            by_name = {j["name"]: (await client.get_job(j["id"]))["trace_id"] for j in found}
+            assert by_name == {"t-traced": trace, "t-plain": None}, by_name
     finally:
         await stop_node(node, task)
 

@@ -123,3 +123,40 @@ async def test_with_tracing_off_the_callers_context_is_kept_and_passed_on(tmp_pa
         assert f"tp={TRACEPARENT}" in output, output
         job, output = await _run(url, {"traceparent": "00-zz-not-valid"})
         assert job["trace_id"] is None and "tp=\n" in output + "\n", (job, output)
+
+
+async def test_a_sync_python_task_runs_in_the_run_span_s_context(traced: Traced) -> None:
+    """A sync task runs in a worker process of the agent: it gets the run's context as its current
+    OpenTelemetry context (so its own spans join the job's trace) and as TRACEPARENT."""
+    spec = {"queue": "tq", "task": {"kind": "python", "function": "tests.agents.tasks_for_tests:trace_context"}}
+    async with httpx.AsyncClient(base_url=traced.url) as http:
+        made = await http.post("/v1/jobs", json=spec, headers={"traceparent": TRACEPARENT})
+        assert made.status_code == 201, made.text
+    async with JobDeckClient(traced.url) as c:
+        job = await c.wait_for(made.json()["id"], timeout=60)
+    assert job["state"] == "succeeded", job
+    await until(lambda: any(s.name == "jobdeck.run" for s in traced.spans.get_finished_spans()), timeout=30,
+                what="the run span")  # fmt: skip
+    run = next(s for s in traced.spans.get_finished_spans() if s.name == "jobdeck.run")
+    seen = job["result"]
+    assert (seen["trace_id"], seen["span_id"]) == (CALLER_TRACE, f"{run.context.span_id:016x}"), seen
+    assert seen["env"] == f"00-{CALLER_TRACE}-{run.context.span_id:016x}-01", seen
+
+
+async def test_a_schedule_s_jobs_each_firing_gets_a_trace_of_its_own(traced: Traced) -> None:
+    async with JobDeckClient(traced.url) as c:
+        s = await c.create_schedule({"name": "traced-every-second", "interval": 1,
+                                     "job": {"queue": "tq", "task": {"kind": "shell", "command": "true"}}})  # fmt: skip
+
+        got: list[dict[str, Any]] = []
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(got) < 2:
+            assert asyncio.get_running_loop().time() < deadline, f"two firings within 30 s: {got}"
+            await asyncio.sleep(0.2)
+            got = [j for j in (await c.list_jobs(queue="tq"))["jobs"] if j.get("schedule_id") == s["id"]]
+    traces = {j["trace_id"] for j in got}
+    assert None not in traces and len(traces) == len(got), f"one trace per firing: {[j['trace_id'] for j in got]}"
+    fires = {f"{x.context.trace_id:032x}": x for x in traced.spans.get_finished_spans()
+             if x.name == "jobdeck.schedule.fire"}  # fmt: skip
+    for j in got:
+        assert fires[j["trace_id"]].attributes["jobdeck.schedule_id"] == s["id"], fires[j["trace_id"]].attributes
