@@ -26,6 +26,7 @@ from bench.latency import due_later, due_now
 from bench.lists import job_lists
 from bench.notify import delivery_latency, hook_submits
 from bench.observability import observability_cost, retention_cost
+from bench.pickup_history import pickup_history_cost
 from bench.python_tasks import calls as python_calls
 from bench.python_tasks import jobs as python_jobs
 from bench.ratelimit import rate_limit_cost
@@ -125,6 +126,11 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "what metrics and tracing cost (drain rate, pick-up p99, each on vs both off, alternating turns); "
         "retention: purge rate and pick-up p99 during a purge vs without",
         (observability_cost, retention_cost),
+        False,
+    ),
+    "pickup-history": (
+        "what the pick-up latency history costs the claim: drain rate with it kept vs off, alternating turns",
+        (pickup_history_cost,),
         False,
     ),
     "notify": (

@@ -57,6 +57,9 @@ class Settings:
     tracing: str = "off"  # off | otlp (OTEL_EXPORTER_OTLP_* say where) | console: core/obs/tracing.py
     trace_url_template: str = ""  # a job's trace in your trace UI, e.g. https://jaeger.example/trace/{trace_id}
     metrics: bool = True  # /metrics and /metrics/cluster (Prometheus); false: the hooks cost nothing
+    # The claims keep the pick-up latency history (held vs waiting for a slot) that the Overview and
+    # GET /v1/stats/history show: one upsert per claim batch (core/store/pickup.py); false: not kept
+    pickup_history: bool = True
     # Sign-in (docs/auth.md): "none" (loopback only), "token" (static tokens), "oidc" (+ static tokens)
     auth: str = "none"
     tokens: list[dict[str, Any]] = field(default_factory=list)  # [[tokens]]: name, sha256, role, teams, queues

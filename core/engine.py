@@ -25,7 +25,7 @@ from core.breaker_gate import BreakerGate
 from core.bus import Bus
 from core.config import Settings
 from core.errors import Conflict, JobDeckError
-from core.flow import UNLIMITED, QueueLimits, key_reason, waiting_reason
+from core.flow import UNLIMITED, QueueLimits, held_by_limits, key_reason, waiting_reason
 from core.model import (
     Job,
     Policy,
@@ -52,6 +52,7 @@ from core.schedule import (
 )
 from core.schedule.backfill import backfill_times
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
+from core.store.pickup import KEEP_SECONDS as PICKUP_KEEP_SECONDS
 from core.store.schedule_runs import BackfillResult, Firing
 from core.workflow import Deps, Workflow, parent_results_input, validate_workflow
 
@@ -550,8 +551,9 @@ class Engine:
                 if plan.caps is None
                 else {**plan.caps, **{q: min(n, plan.caps.get(q, n)) for q, n in caps.items()}}
             )
-            req = ClaimRequest(s.name, min(plan.limit, s.free, self.settings.claim_batch), plan.queues,
-                               paused | plan.leave, mine, s.labels)  # fmt: skip
+            limit = min(plan.limit, s.free, self.settings.claim_batch)
+            req = ClaimRequest(s.name, limit, plan.queues, paused | plan.leave, mine, s.labels,
+                               held=held_by_limits(caps, plan, limit) if caps else frozenset())  # fmt: skip
             now = self.clock()
             # The claim's op is queued when claim_jobs first runs; the held results go with it.
             asyncio.get_running_loop().call_soon(self._let_writes_go)
@@ -642,6 +644,7 @@ class Engine:
             n = await self.store.prune_events(cutoff)
             if n:
                 log.info("pruned %d events older than %.0f h", n, self.settings.event_retention_hours)
+            await self.store.prune_pickup(self.clock() - PICKUP_KEEP_SECONDS)
             days = self.settings.audit_retention_days
             n = await self.store.prune_audit(self.clock() - days * 86400)
             if n:

@@ -385,3 +385,18 @@ def agent_claims(queues: frozenset[str] | None, slots: int, reserved: dict[str, 
     if shared_free > 0 and (others is None or others):
         out.append(AgentClaim(others, shared_free, leave=frozenset(reserved)))
     return out
+
+
+def held_by_limits(room: dict[str, int], claim: AgentClaim, limit: int) -> frozenset[str]:
+    """The queues whose concurrency limit (`room`: how many more of each may run) lets this claim take
+    fewer than the agent would: their waiting jobs are held by policy, not waiting for a slot."""
+    wanted = limit
+    held = set()
+    for q, n in room.items():
+        if q in claim.leave or (claim.queues is not None and q not in claim.queues):
+            continue
+        if claim.caps is not None:
+            wanted = min(limit, claim.caps.get(q, limit))
+        if n < wanted:
+            held.add(q)
+    return frozenset(held)

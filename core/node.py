@@ -49,6 +49,7 @@ def open_store(settings: Settings, bus: Bus, metrics: NodeMetrics | None = None)
             publish(events)
 
     store = _open_store(url, policy, settings, on_commit)
+    store.record_pickup = settings.pickup_history
     if metrics is not None and metrics.enabled:
         store.observe_commits(metrics.store_commit)
     return store

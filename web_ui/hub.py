@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +20,7 @@ from web_ui.settings import ca_file, core_server, service_token
 
 log = logging.getLogger("jobdeck.web.hub")
 
-BUCKET_SECONDS = 60  # one chart point per minute
-HISTORY_MINUTES = 30
+HISTORY_MINUTES = 30  # of queue depths
 BACKFILL_EVENTS = 20_000  # events replayed at start so the charts have a history at once
 SAMPLE_SECONDS = 2.0  # how often queue depths and counters are sampled
 CHANGES_KEPT = 5_000
@@ -39,14 +37,6 @@ class Change:
     queue: str | None
 
 
-@dataclass(slots=True)
-class Minute:
-    """One chart bucket: pick-up latencies (seconds). Finished jobs by outcome come from the store
-    (GET /v1/stats/history), for any range, not from this process's memory."""
-
-    latencies: list[float] = field(default_factory=list)
-
-
 def _ts(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
@@ -54,15 +44,6 @@ def _ts(value: Any) -> float:
         return datetime.fromisoformat(str(value)).timestamp()
     except ValueError:
         return time.time()
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) by nearest rank; 0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 class Hub:
@@ -76,7 +57,6 @@ class Hub:
         self.error = ""
         self.stats: dict[str, Any] = {}
         self.queues: list[dict[str, Any]] = []
-        self.minutes: dict[int, Minute] = {}
         self.depths: deque[tuple[float, dict[str, int]]] = deque(maxlen=HISTORY_MINUTES * 60 // int(SAMPLE_SECONDS))
         self.changes: deque[Change] = deque(maxlen=CHANGES_KEPT)
         self._cond = asyncio.Condition()
@@ -129,11 +109,6 @@ class Hub:
         if event.get("seq") is not None:
             self.last_seq = int(event["seq"])
             self.last_event_ts = ts
-        minute = int(ts // BUCKET_SECONDS)
-        job = (event.get("data") or {}).get("job") or {}
-        if etype == "job.running" and job.get("attempt") == 1 and job.get("run_at"):
-            bucket = self.minutes.setdefault(minute, Minute())
-            bucket.latencies.append(max(0.0, ts - _ts(job["run_at"])))
         if etype == "notify.alert" and live:
             data = event.get("data") or {}
             if first_sight(self._alerts_seen, data.get("id")):
@@ -142,11 +117,6 @@ class Hub:
             self.changes.append(Change(self.version + 1, etype, event.get("job_id"), event.get("queue")))
             if etype.startswith(("job.", "queue.")):
                 self._stats_dirty = True
-
-    def _prune(self) -> None:
-        oldest = int(time.time() // BUCKET_SECONDS) - HISTORY_MINUTES
-        for minute in [m for m in self.minutes if m < oldest]:
-            del self.minutes[minute]
 
     async def follow(self, client: JobDeckClient) -> None:
         """Follow the feed for ever: backfill the charts, then note each live event."""
@@ -207,26 +177,10 @@ class Hub:
                     if now - last >= SAMPLE_SECONDS:
                         last = now
                         self.depths.append((time.time(), {q["name"]: int(q.get("depth") or 0) for q in self.queues}))
-                        self._prune()
                     await self._bump()
             await asyncio.sleep(0.5)
 
     # -- chart series
-
-    def minute_axis(self) -> list[int]:
-        """The chart buckets (epoch minutes) of the last HISTORY_MINUTES, oldest first."""
-        now = int(time.time() // BUCKET_SECONDS)
-        return list(range(now - HISTORY_MINUTES + 1, now + 1))
-
-    def latency_series(self) -> dict[str, list[float | None]]:
-        """Pick-up latency percentiles per minute, in ms (None: no pick-ups that minute)."""
-        axis = self.minute_axis()
-        out: dict[str, list[float | None]] = {"p50": [], "p95": [], "p99": []}
-        for m in axis:
-            lat = self.minutes.get(m, Minute()).latencies
-            for key, q in (("p50", 50), ("p95", 95), ("p99", 99)):
-                out[key].append(round(percentile(lat, q) * 1000, 1) if lat else None)
-        return out
 
     def depth_series(
         self, shown: Callable[[str], bool] = lambda _: True, top: int = 5

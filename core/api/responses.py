@@ -429,6 +429,26 @@ class Stats(_Out):
     dispatch: Dispatch = Field(description="this node's claims and result batches since it started")
 
 
+class PickupSeries(_Out):
+    """Pick-up latency of one class of waits, per interval (null where no job of the class was claimed)."""
+
+    jobs: list[int] = Field(description="jobs claimed in the interval")
+    mean_ms: list[float | None]
+    p50_ms: list[float | None] = Field(description="estimated within the latency buckets (exact to a bucket)")
+    p95_ms: list[float | None]
+    p99_ms: list[float | None]
+
+
+class PickupHistory(_Out):
+    """Pick-up latency per interval (at least a minute: the store keeps it per minute), for jobs held by
+    their queue's policy (paused, at a concurrency or rate limit) and for jobs that waited for a slot."""
+
+    bucket_seconds: int
+    buckets: list[datetime] = Field(description="the start of each interval")
+    held: PickupSeries = Field(description="ready while their queue was paused or at its concurrency or rate limit")
+    slot: PickupSeries = Field(description="ready, allowed by their queue, waiting for a free agent slot")
+
+
 class StatsHistory(_Out):
     """Finished jobs per bucket by outcome, every bucket present (zeros included)."""
 
@@ -437,6 +457,7 @@ class StatsHistory(_Out):
     buckets: list[datetime] = Field(description="the start of each bucket")
     outcomes: dict[str, list[int]] = Field(description="succeeded, failed, dead, cancelled: a count per bucket")
     success_percent: list[float | None] = Field(description="per bucket; null when nothing finished")
+    pickup: PickupHistory = Field(description="pick-up latency (ready -> claimed) split by why jobs waited")
 
 
 class Me(_Out):

@@ -14,6 +14,7 @@ from core.api.responses import AgentList, AgentView, Health, Stats, StatsHistory
 from core.engine import Engine
 from core.relay import relay_lag
 from core.store.base import HISTORY_RANGES, history_view, states_total
+from core.store.pickup import history_view as pickup_view
 from core.version import version
 
 router = APIRouter(tags=["system"], route_class=Route)
@@ -43,16 +44,19 @@ async def drain_agent(name: AgentPath, engine: EngineDep) -> JSON:
     return JSON(await engine.hub.drain(name))
 
 
-@router.get("/v1/stats/history", summary="Finished jobs per interval by outcome over 15m, 1h or 24h (from the store)",
+@router.get("/v1/stats/history", summary="Finished jobs by outcome and pick-up latency (held vs waiting for a slot) per interval over 15m, 1h or 24h (from the store)",
             response_model=StatsHistory)  # fmt: skip
 async def stats_history(
     engine: EngineDep, range_: Annotated[Literal["15m", "1h", "24h"], Query(alias="range")] = "1h"
 ) -> JSON:
-    """Read from the events the store keeps (JOBDECK_EVENT_RETENTION_HOURS), so it covers the whole
-    range whatever the node's uptime; every bucket is present, zeros included."""
+    """Read from the events the store keeps (JOBDECK_EVENT_RETENTION_HOURS) and the pick-up history the
+    claims keep (core/store/pickup.py), so it covers the whole range whatever the node's uptime and
+    on every node alike; every bucket is present, zeros included."""
     now = engine.clock()
     span, bucket = HISTORY_RANGES[range_]
-    return JSON(history_view(await engine.store.finished_history(now - span, bucket), now, range_))
+    out = history_view(await engine.store.finished_history(now - span, bucket), now, range_)
+    out["pickup"] = pickup_view(await engine.store.pickup_history(now - span, max(60.0, bucket)), now, span, bucket)
+    return JSON(out)
 
 
 @router.get("/v1/stats", summary="Counts by state and queue; finished jobs per second; the outbox relays' lag",

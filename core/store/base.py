@@ -296,6 +296,9 @@ class ClaimRequest:
     paused: frozenset[str] = frozenset()  # queues not to take from
     caps: dict[str, int] = field(default_factory=dict)  # queue -> how many more may run
     labels: dict[str, str] = field(default_factory=dict)  # the agent's labels
+    # Queues whose concurrency limit leaves less room than the agent has: they hold jobs back by policy
+    # (core/store/pickup.py; the store adds those its rate limits cut short).
+    held: frozenset[str] = frozenset()
     # Set by the store: when a queue's rate limit, which held jobs back, has its next start.
     wake_at: float | None = None
 
@@ -374,6 +377,8 @@ class Store(Protocol):
     # stats
     async def stats(self, now: float) -> dict[str, Any]: ...
     async def finished_history(self, since: float, bucket: float) -> list[tuple[str, int, int]]: ...
+    async def pickup_history(self, since: float, bucket: float) -> list[tuple[int, int, int, int, float]]: ...
+    async def prune_pickup(self, before: float) -> int: ...
 
     # audit log (core/store/audit.py)
     async def record_audit(self, row: tuple[Any, ...]) -> None: ...

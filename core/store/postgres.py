@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +30,7 @@ from core.store import _pg_flow as flow_sql
 from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
 from core.store import audit
+from core.store import pickup as pickup_sql
 from core.store._pg_counts import FOLD_EVERY, RUNNING, fold_job_counts
 from core.store._pg_statistics import CHECK_EVERY, refresh_statistics
 from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
@@ -116,6 +118,7 @@ class PostgresStore(
     """The Store protocol on PostgreSQL (see core/store/base.py and core/store/sqlite.py)."""
 
     single_node = False  # other nodes may share the database and hold leases of their own
+    record_pickup = True  # keep the pick-up latency history in the claims (settings.pickup_history)
 
     def __init__(self, url: str, policy: Policy, on_commit: OnCommit, clock: Callable[[], float] = utcnow) -> None:
         self.url = url
@@ -129,6 +132,7 @@ class PostgresStore(
         self._job_id_seq = "jobs_id_seq"
         self._limited: frozenset[str] = frozenset()  # queues with a concurrency limit, as last read
         self._limited_at = float("-inf")
+        self._node = uuid.uuid4().hex[:12]  # this store's own rows of the pick-up history
         self.schema_version = 0
 
     # -- plumbing
@@ -510,12 +514,16 @@ class PostgresStore(
             rooms = {q: min(req.limit, req.caps.get(q, req.limit)) for q in capped}
             buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
             by_key: dict[str, tuple[QueueLimits, float]] = {}
+            held = set(req.held)  # queues whose limits cut this claim short (pickup.py)
             if capped:
                 await c.execute(sql.LOCK_QUEUES, capped)
                 for r in await c.fetch(sql.QUEUE_ROOMS, capped):
                     name, paused, concurrency, rate, burst, tokens, at, kc, weights, fair, vtime, running = r
                     limits = QueueLimits(paused, concurrency, rate, burst, kc, sql.loads(weights), fair)
-                    rooms[name] = claim_room(limits, running, Bucket(tokens, at), now, rooms[name])
+                    room = claim_room(limits, running, Bucket(tokens, at), now, rooms[name])
+                    if room < rooms[name] and not paused:
+                        held.add(name)
+                    rooms[name] = room
                     if rate is not None:
                         buckets[name] = (limits, Bucket(tokens, at))
                     if limits.by_key:
@@ -551,6 +559,8 @@ class PostgresStore(
             applier = JobChanges(tx)
             claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in jobs]
             await applier.flush()
+            if self.record_pickup:
+                await pickup_sql.pg_record(c, self._node, claimed, held, now)
             if keyed:
                 ids = {j.id for j in claimed}
                 for k in keyed:
@@ -649,6 +659,8 @@ class PostgresStore(
                 now,
                 name,
             )
+            if before["paused"] and not view["paused"]:  # its jobs waited by policy until now (pickup.py)
+                await c.execute("UPDATE queues SET held_at = $1 WHERE name = $2", now, name)
             tx.emit(queue_event(changes), None, name, {"queue": view})
             self._limited_at = float("-inf")  # the next claim reads the limits again
             return view
@@ -897,6 +909,19 @@ class PostgresStore(
     # -- stats
 
     # -- stats
+
+    async def pickup_history(self, since: float, bucket: float) -> list[tuple[int, int, int, int, float]]:
+        """(held, interval, latency bucket, count, summed seconds) of the jobs claimed since `since`."""
+        return await self._read(lambda c: pickup_sql.pg_history(c, since, bucket))
+
+    async def prune_pickup(self, before: float) -> int:
+        """Drop the pick-up history of the minutes before `before`."""
+
+        async def op(tx: PgTx) -> int:
+            status = await tx.conn.execute("DELETE FROM pickup_minutes WHERE minute < $1", int(before // 60))
+            return int(status.split()[-1])
+
+        return await self._write(op)
 
     async def finished_history(self, since: float, bucket: float) -> list[tuple[str, int, int]]:
         """(event type, bucket number, count) of finished-job events since `since`."""

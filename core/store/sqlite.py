@@ -34,6 +34,7 @@ from core.model import (
 from core.schedule import FirePlan, Run, Schedule, SchedulePolicy, run_to_release, schedule_to_dict
 from core.store import _sqlite_deps as deps_sql
 from core.store import audit
+from core.store import pickup as pickup_sql
 from core.store._sqlite_flow import pick_rows, record
 from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
 from core.store.archive import SQLiteArchive
@@ -144,8 +145,8 @@ CLAIM_QUEUE = (
 )
 # Every queue, with its rate bucket (a claim walks each takeable one; core/flow.py spends the bucket).
 CLAIM_QUEUES = (
-    "SELECT name, rate_limit, rate_burst, rate_tokens, rate_at, key_concurrency, fairness_weights, fair, fair_vtime "
-    "FROM queues"
+    "SELECT name, rate_limit, rate_burst, rate_tokens, rate_at, key_concurrency, fairness_weights, fair, fair_vtime, "
+    "held_at FROM queues"
 )
 PROMOTE_DUE = (
     "SELECT id FROM jobs INDEXED BY jobs_due WHERE state IN ('scheduled', 'failed') AND run_at <= ? "
@@ -482,6 +483,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
     """The Store protocol on one SQLite file (see core/store/base.py)."""
 
     single_node = True  # the file is locked by one node: no other node can hold its leases
+    record_pickup = True  # keep the pick-up latency history in the claims (settings.pickup_history)
 
     def __init__(
         self,
@@ -834,13 +836,19 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             walks: list[Any] = []
             buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
             keyed: list[KeyedClaim] = []
-            for queue, rate, burst, tokens, at, kc, weights, fair, vtime in c.execute(CLAIM_QUEUES).fetchall():
+            held_at: dict[str, float | None] = {}
+            held = set(req.held)  # queues whose limits cut this claim short (pickup.py)
+            for queue, rate, burst, tokens, at, kc, weights, fair, vtime, h_at in c.execute(CLAIM_QUEUES).fetchall():
+                held_at[queue] = h_at
                 if queue in req.paused or (req.queues is not None and queue not in req.queues):
                     continue
                 room = min(req.caps.get(queue, req.limit), req.limit)
                 if rate is not None:
                     buckets[queue] = (QueueLimits(rate_limit=rate, rate_burst=burst), Bucket(tokens, at))
-                    room = min(room, buckets[queue][1].room(buckets[queue][0], now))
+                    rate_room = buckets[queue][1].room(buckets[queue][0], now)
+                    if rate_room < room:
+                        held.add(queue)
+                    room = min(room, rate_room)
                 if room <= 0:
                     continue
                 if kc is None and not fair:
@@ -862,6 +870,8 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             applier = _Applier(tx)
             claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in map(_job, rows)]
             applier.flush()
+            if self.record_pickup:
+                pickup_sql.sqlite_record(c, claimed, held_at, held, now)
             if keyed:
                 ids = {j.id for j in claimed}
                 for k in keyed:
@@ -953,6 +963,8 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                 f"UPDATE queues SET {sets}{refill}, updated_at = ? WHERE name = ?",
                 (*(_db_value(k, queue_db_value(k, view[k])) for k in QUEUE_SETTING_COLUMNS), now, name),
             )
+            if before["paused"] and not view["paused"]:  # its jobs waited by policy until now (pickup.py)
+                tx.conn.execute(pickup_sql.SQLITE_MARK, (now, name))
             tx.emit(queue_event(changes), None, name, {"queue": view})
             return view
 
@@ -1264,6 +1276,15 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             return [(t, int(b), int(n)) for t in FINISHED_EVENTS for b, n in c.execute(sql, (bucket, t, since))]
 
         return await self._read(q)
+
+    async def pickup_history(self, since: float, bucket: float) -> list[tuple[int, int, int, int, float]]:
+        """(held, interval, latency bucket, count, summed seconds) of the jobs claimed since `since`."""
+        return await self._read(lambda c: pickup_sql.sqlite_history(c, since, bucket))
+
+    async def prune_pickup(self, before: float) -> int:
+        """Drop the pick-up history of the minutes before `before`."""
+        sql = "DELETE FROM pickup_minutes WHERE minute < ?"
+        return await self._write(lambda tx: int(tx.conn.execute(sql, (int(before // 60),)).rowcount))
 
     async def stats(self, now: float) -> dict[str, Any]:
         """Job counts by state and by queue, and finished jobs per second over the last minute."""

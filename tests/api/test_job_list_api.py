@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 
 from tests.conftest import RunningNode
@@ -46,3 +48,23 @@ async def test_the_history_comes_from_the_store_with_every_bucket(running: Runni
     async with httpx.AsyncClient(base_url=running.url) as http:
         r = await http.get("/v1/stats/history", params={"range": "2d"})
         assert r.status_code == 422 and r.json()["field"] == "range", r.text
+
+
+async def test_the_pickup_history_splits_held_jobs_from_jobs_waiting_for_a_slot(running: RunningNode) -> None:
+    """A job in a paused queue waits by policy ("held"); an ordinary job is picked up at once ("slot").
+    Both come from the store (GET /v1/stats/history), per minute, with their latency."""
+    c = running.client
+    parked = await c.submit({"queue": "held", "delay": 0.3, "task": {"kind": "shell", "argv": ["true"]}})
+    await c.queue_action("held", "pause")  # before it is due (the submit made the queue)
+    quick = await c.submit({"task": {"kind": "shell", "argv": ["true"]}})
+    await c.wait_for(quick["id"], timeout=10)
+    await asyncio.sleep(0.9)  # due after 0.3 s, then held by the pause for at least 0.6 s
+    await c.queue_action("held", "resume")
+    await c.wait_for(parked["id"], timeout=10)
+    h = (await c.stats_history("15m"))["pickup"]
+    assert h["bucket_seconds"] == 60 and len(h["buckets"]) == 15, (h["bucket_seconds"], len(h["buckets"]))
+    assert (sum(h["held"]["jobs"]), sum(h["slot"]["jobs"])) == (1, 1), h
+    [i] = [i for i, n in enumerate(h["held"]["jobs"]) if n]
+    assert h["held"]["mean_ms"][i] >= 600, f"the held job waited through the pause: {h['held']}"
+    [k] = [k for k, n in enumerate(h["slot"]["jobs"]) if n]
+    assert h["slot"]["mean_ms"][k] < h["held"]["mean_ms"][i], h

@@ -18,6 +18,7 @@ from core.flow import (
     agent_claims,
     claim_room,
     default_burst,
+    held_by_limits,
     parse_bulkheads,
     pick,
     waiting_reason,
@@ -149,3 +150,12 @@ def test_an_agent_with_bulkheads_claims_each_queue_within_its_slots_and_shares_t
     )
     assert shared == AgentClaim(None, 1, leave=frozenset({"emails", "reports"})), "3 shared, 2 of them used"
     assert agent_claims(frozenset({"emails"}), 5, {"emails": 5}, {"emails": 5}, 5, 0) == [], "all kept slots busy"
+
+
+def test_a_concurrency_limit_holds_a_queue_only_when_it_leaves_less_room_than_the_agent_has() -> None:
+    room = {"api": 2, "mail": 10, "other": 0}
+    assert held_by_limits(room, AgentClaim(None, 8), 8) == {"api", "other"}, "mail's 10 are more than 8 slots"
+    assert held_by_limits(room, AgentClaim(frozenset({"mail"}), 8), 8) == set(), "only the queues it may take"
+    assert held_by_limits(room, AgentClaim(None, 8, leave=frozenset({"api"})), 8) == {"other"}
+    bulkhead = AgentClaim(frozenset({"api"}), 2, caps={"api": 2})
+    assert held_by_limits(room, bulkhead, 2) == set(), "the agent's kept slots bind, not the queue's limit"

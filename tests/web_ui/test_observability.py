@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 
 from tests.web_ui.conftest import Dashboard
 
@@ -46,3 +47,32 @@ def test_the_overview_has_an_slo_panel(open_page, web: Dashboard, tmp_path: Path
     budget = table.locator("tbody tr").first.locator("td").last
     expect(budget).to_have_text(re.compile(r"^(\d+ % left|spent: [\d,]+ dead, [\d.,]+ allowed)$"))
     page.screenshot(path=str(tmp_path / "overview-slo.png"), full_page=True)
+
+
+def test_the_pickup_chart_splits_held_jobs_from_jobs_waiting_for_a_slot(
+    open_page: Callable[..., Page], web: Dashboard, tmp_path: Path
+) -> None:
+    """A job held in a paused queue and one picked up at once: the Overview's latency chart (fed from
+    the store's pick-up history) draws a point on both lines, for the range picked."""
+    shell = {"kind": "shell", "command": "true"}
+    held = httpx.post(web.core.url + "/v1/jobs", json={"task": shell, "queue": "pickup-web", "delay": 0.2}).json()
+    assert httpx.post(web.core.url + "/v1/queues/pickup-web/pause").status_code == 200
+    quick = httpx.post(web.core.url + "/v1/jobs", json={"task": shell}).json()
+    time.sleep(0.8)
+    assert httpx.post(web.core.url + "/v1/queues/pickup-web/resume").status_code == 200
+    deadline = time.monotonic() + 60
+    while any(httpx.get(f"{web.core.url}/v1/jobs/{j['id']}").json()["state"] != "succeeded" for j in (held, quick)):
+        assert time.monotonic() < deadline, "the jobs did not finish"
+        time.sleep(0.2)
+    page = open_page("/")
+    chart = page.locator("#chart-latency")
+    expect(chart.locator("svg.main-svg").first).to_be_visible(timeout=60_000)  # plotly's first draw is slow here
+    expect(chart).to_contain_text("waiting for a slot p50")
+    expect(chart).to_contain_text("held (paused / limited) p50")
+    traces = chart.locator("g.scatterlayer g.trace")
+    expect(traces).to_have_count(4)
+    for i in (0, 2):  # the p50 lines of "waiting for a slot" and "held"
+        expect(traces.nth(i).locator("path.point").first).to_be_attached(timeout=30_000)
+    page.locator("#range-picker").get_by_role("radio", name="15 min").click()
+    expect(traces.nth(2).locator("path.point").first).to_be_attached(timeout=30_000)
+    page.screenshot(path=str(tmp_path / "overview-pickup.png"), full_page=True)

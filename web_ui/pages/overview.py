@@ -1,5 +1,6 @@
-"""Overview: live counters and plotly charts (jobs per minute by outcome, pick-up latency
-percentiles, queue depth, success ratio), all from the shared hub."""
+"""Overview: live counters and plotly charts: jobs by outcome, pick-up latency (held by policy vs
+waiting for a slot) and the success ratio over the chosen range (from the store), queue depth (from
+the shared hub)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from core import timetext
 from core.client import relay_lag_text
 from core.errors import JobDeckError
 from web_ui.format import STATE_COLOR
-from web_ui.hub import BUCKET_SECONDS, HUB, Change
+from web_ui.hub import HUB, Change
 from web_ui.layout import layout
 from web_ui.state import AppState, page_state
 
@@ -39,10 +40,6 @@ def _layout(fig: go.Figure, y_title: str) -> go.Figure:
     return fig
 
 
-def _axis() -> list[datetime]:
-    return [datetime.fromtimestamp(m * BUCKET_SECONDS) for m in HUB.minute_axis()]
-
-
 def _history_axis(history: dict[str, Any], zone: str) -> list[datetime]:
     tz = timetext.zone(zone)
     return [datetime.fromisoformat(b).astimezone(tz).replace(tzinfo=None) for b in history.get("buckets", [])]
@@ -60,12 +57,25 @@ def outcomes_figure(history: dict[str, Any], zone: str) -> go.Figure:
     return _layout(fig.update_layout(barmode="stack", bargap=0.1), f"jobs {per}")
 
 
-def latency_figure() -> go.Figure:
-    """Pick-up latency p50 / p95 / p99 per minute."""
-    axis = _axis()
+PICKUP_LINES = (  # (class, percentile, legend, colour, dash)
+    ("slot", "p50_ms", "waiting for a slot p50", "#0090ff", "solid"),
+    ("slot", "p99_ms", "waiting for a slot p99", "#0090ff", "dot"),
+    ("held", "p50_ms", "held (paused / limited) p50", "#f76b15", "solid"),
+    ("held", "p99_ms", "held (paused / limited) p99", "#f76b15", "dot"),
+)
+
+
+def latency_figure(history: dict[str, Any], zone: str) -> go.Figure:
+    """Pick-up latency (ready -> claimed) p50 and p99 per interval over the chosen range (from the
+    store), split into jobs their queue held (paused, at its concurrency or rate limit) and jobs
+    that waited for a free agent slot; an interval without pick-ups of a class is a gap."""
+    pickup = history.get("pickup") or {}
+    axis = _history_axis(pickup, zone)
     fig = go.Figure()
-    for key, values in HUB.latency_series().items():
-        fig.add_trace(go.Scatter(x=axis, y=values, name=key, mode="lines+markers", connectgaps=False))
+    for cls, key, name, color, dash in PICKUP_LINES:
+        values = (pickup.get(cls) or {}).get(key) or []
+        fig.add_trace(go.Scatter(x=axis, y=values, name=name, mode="lines+markers", connectgaps=False,
+                                 line={"color": color, "dash": dash}))  # fmt: skip
     return _layout(fig, "pick-up latency (ms)")
 
 
@@ -102,7 +112,7 @@ class OverviewState(AppState):
     fig_depth: go.Figure = go.Figure()
     fig_success: go.Figure = go.Figure()
     charts_at: float = 0.0
-    range_: str = "1h"  # of the outcome and success charts: 15m, 1h or 24h, read from the store
+    range_: str = "1h"  # of the outcome, latency and success charts: 15m, 1h or 24h, read from the store
     history: dict[str, Any] = {}
     history_at: float = 0.0
     slo: list[dict[str, str]] = []  # one row per window (last hour, last day): the SLO panel
@@ -125,7 +135,7 @@ class OverviewState(AppState):
             except JobDeckError:
                 pass  # the header says the core is away; the charts keep what they had
         zone = self.zone_name()
-        self.fig_outcomes, self.fig_latency = outcomes_figure(self.history, zone), latency_figure()
+        self.fig_outcomes, self.fig_latency = outcomes_figure(self.history, zone), latency_figure(self.history, zone)
         self.fig_depth, self.fig_success = depth_figure(self.queue_patterns), success_figure(self.history, zone)
         self.charts_at = time.monotonic()
 
@@ -139,7 +149,7 @@ class OverviewState(AppState):
         await self._charts()
 
     async def set_range(self, value: str | list[str]) -> None:
-        """Show 15 min, 1 h or 24 h of finished jobs (read from the store at once)."""
+        """Show 15 min, 1 h or 24 h of finished jobs and pick-up latency (read from the store at once)."""
         chosen = value[0] if isinstance(value, list) and value else value
         self.range_ = chosen if isinstance(chosen, str) and chosen in ("15m", "1h", "24h") else "1h"
         self.history = {}
@@ -267,7 +277,7 @@ def overview_page() -> rx.Component:
         ),
         _slo_panel(),
         rx.hstack(
-            rx.text("Finished jobs over", size="2", color_scheme="gray"),
+            rx.text("Jobs and pick-up latency over", size="2", color_scheme="gray"),
             rx.segmented_control.root(
                 rx.segmented_control.item("15 min", value="15m"),
                 rx.segmented_control.item("1 h", value="1h"),
@@ -277,7 +287,7 @@ def overview_page() -> rx.Component:
                 id="range-picker",
             ),
             rx.text(
-                "(from the store; latency and depth: since this dashboard started) · times in ",
+                "(from the store; queue depth: since this dashboard started) · times in ",
                 AppState.zone_label,
                 size="1",
                 color_scheme="gray",
@@ -288,7 +298,7 @@ def overview_page() -> rx.Component:
         ),
         rx.grid(
             _chart("Jobs by outcome", OverviewState.fig_outcomes, "chart-outcomes"),
-            _chart("Pick-up latency p50 / p95 / p99", OverviewState.fig_latency, "chart-latency"),
+            _chart("Pick-up latency: held by policy vs waiting for a slot", OverviewState.fig_latency, "chart-latency"),
             _chart("Queue depth", OverviewState.fig_depth, "chart-depth"),
             _chart("Success ratio", OverviewState.fig_success, "chart-success"),
             columns=rx.breakpoints(initial="1", lg="2"),
