@@ -55,7 +55,8 @@ class TableView(View):
         raise NotImplementedError
 
     def bar(self) -> str:
-        return f"{len(self.items)} {self.title.lower()}"
+        noun = self.title.lower()
+        return f"1 {noun.removesuffix('s')}" if len(self.items) == 1 else f"{len(self.items)} {noun}"
 
     async def reload(self) -> None:
         self.last_reload = time.monotonic()

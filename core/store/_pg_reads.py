@@ -174,8 +174,8 @@ async def count_jobs(c: Conn, flt: JobFilter, budget_ms: int = COUNT_BUDGET_MS) 
         if flt.queue is not None:
             params.append(flt.queue)
             terms.append(f"queue = ${len(params)}")
-        where = f" WHERE {' AND '.join(terms)}" if terms else ""
-        return int(await c.fetchval(f"SELECT coalesce(sum(n), 0) FROM job_counts{where}", *params)), True
+        clause = f" WHERE {' AND '.join(terms)}" if terms else ""
+        return int(await c.fetchval(f"SELECT coalesce(sum(n), 0) FROM job_counts{clause}", *params)), True
     where = _job_where(flt, _numbered(params))
     matching = "FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
     if flt.tag is not None and flt == JobFilter(tag=flt.tag):  # the tag's key range alone (an index-only scan)

@@ -19,6 +19,7 @@ from typing import Any
 from console_tui.app import ConsoleApp
 from core.client import JobDeckClient
 from tests.conftest import ROOT, ServerProcess, spawn_agent, spawn_jobdeck, until
+from tests.demo_extras import webhook_receiver, workflow_and_alerts
 
 SIZE = (130, 34)
 WIDTH = 1300  # pixels of the PNG
@@ -35,7 +36,7 @@ raise SystemExit(3)
 """
 
 
-async def demo_work(url: str) -> dict[str, int]:
+async def demo_work(url: str, hook_url: str) -> dict[str, int]:
     """Jobs in every state over several queues, schedules, a paused queue, a running job with output;
     returns the ids the screenshots need."""
     sh = {"kind": "shell"}
@@ -71,6 +72,7 @@ async def demo_work(url: str) -> dict[str, int]:
                                  "job": {"queue": "default", "task": {**sh, "argv": ["./purge.sh"]}}})  # fmt: skip
         await c.schedule_action(beat["id"], "pause")
         await c.schedule_action(backup["id"], "run")  # one fire now: its result shows
+        await workflow_and_alerts(c, hook_url, PY)
         for job in dead:
             await c.wait_for(job["id"], states=("dead",), timeout=30)
         await c.wait_for(running["id"], states=("running",), timeout=30)
@@ -143,13 +145,24 @@ async def shoot(url: str, ids: dict[str, int], out: Path, keep: Path) -> list[Pa
             await until(lambda: detail.query_one("#attempts").row_count == 2, 5, "both attempts")
             await save("detail")
             await pilot.press("escape")
-            for key, name in (("2", "queues"), ("3", "agents"), ("4", "schedules"), ("5", "dead"), ("6", "events")):
+            for key, name in (
+                ("2", "queues"),
+                ("3", "agents"),
+                ("4", "schedules"),
+                ("5", "dead"),
+                ("6", "events"),
+                ("7", "alerts"),
+                ("8", "workflows"),
+            ):
                 await pilot.press(key)
                 shown: Any = main.query_one(f"#{name}")
                 if hasattr(shown, "items"):  # the table views: wait for their first read
                     await until(lambda v=shown: v.items, 5, f"the {name} view")
                 await save(name)
-            await pilot.press("1", "question_mark")
+            await pilot.press("enter")  # the workflow under the cursor, layer by layer
+            await until(lambda: type(app.screen).__name__ == "WorkflowScreen", 5, "the workflow's screen")
+            await save("workflow")
+            await pilot.press("escape", "1", "question_mark")
             await save("help")
         finally:
             work.cancel()
@@ -170,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         node: ServerProcess = spawn_jobdeck(tmp / "data", "up", "--slots", "4")
         gpu = spawn_agent(node.url, "gpu-box-1", tmp, "--queues", "ml,search", "--slots", "2", "--label", "gpu=a100")
         try:
-            ids = asyncio.run(demo_work(node.url))
+            hook_url, receiver = webhook_receiver()
+            ids = asyncio.run(demo_work(node.url, hook_url))
             if args.svg:
                 args.svg.mkdir(parents=True, exist_ok=True)
             asyncio.run(shoot(node.url, ids, args.out, args.svg or tmp))
@@ -178,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stop(gpu)
             stop(node.proc)
+            receiver.shutdown()
     return 0
 
 

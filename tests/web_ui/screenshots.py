@@ -12,14 +12,18 @@ from pathlib import Path
 
 from core.client import JobDeckClient
 from tests.conftest import ROOT, free_port, spawn_jobdeck
+from tests.demo_extras import webhook_receiver, workflow_and_alerts
 from tests.web_ui.conftest import CHROMIUM, CHROMIUM_ARGS, chromium_env
 
 PAGES = (("overview", "/"), ("jobs", "/jobs"), ("job", "/jobs/{running}"), ("queues", "/queues"),
-         ("agents", "/agents"), ("schedules", "/schedules"), ("dead", "/dead"))  # fmt: skip
+         ("agents", "/agents"), ("schedules", "/schedules"), ("workflows", "/workflows"),
+         ("workflow", "/workflows/{workflow}"), ("dead", "/dead"), ("notifications", "/notifications"),
+         ("audit", "/audit"))  # fmt: skip
 
 
-async def demo_work(url: str) -> int:
-    """Jobs in every state, a schedule, a running job with output; returns the running job's id."""
+async def demo_work(url: str, hook_url: str) -> dict[str, int]:
+    """Jobs in every state, schedules, a workflow, an alert rule, a running job with output; returns
+    the ids of the running job and of the workflow."""
     sh = "python3"
     async with JobDeckClient(url) as c:
         for i in range(60):
@@ -38,8 +42,9 @@ async def demo_work(url: str) -> int:
         await c.create_schedule({"name": "weekday-digest", "cron": "30 7 * * 1-5", "timezone": "America/New_York",
                                  "job": {"queue": "emails", "task": {"kind": "shell", "argv": ["./digest.sh"]}}})  # fmt: skip
         await c.queue_action("imports", "pause")
+        workflow = await workflow_and_alerts(c, hook_url, sh)
         await c.wait_for(running["id"], states=("running",), timeout=30)
-        return int(running["id"])
+        return {"running": int(running["id"]), "workflow": workflow}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_up(web, url, log)
-        running = asyncio.run(demo_work(core.url))
+        hook_url, receiver = webhook_receiver()
+        ids = asyncio.run(demo_work(core.url, hook_url))
         args.out.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
@@ -72,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 ctx = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme=scheme)
                 page = ctx.new_page()
                 for name, path in PAGES:
-                    page.goto(url + path.format(running=running))
+                    page.goto(url + path.format(**ids))
                     page.wait_for_selector("#core-status")
                     if name == "overview":
                         page.wait_for_selector("#chart-success svg.main-svg")
@@ -84,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             browser.close()
     finally:
         _stop(web)
+        receiver.shutdown()
         core.proc.terminate()
         core.proc.wait(15)
     return 0
