@@ -311,7 +311,8 @@ async def run_columns(
 
 def _floor_text(floors: Floors) -> str:
     e2e = f"e2e no-op {floors.e2e} jobs/s; " if floors.e2e is not None else ""
-    return f"batch submit {floors.batch_submit} jobs/s; {e2e}pick-up p99 {floors.pickup_p99} ms at 200 jobs/s"
+    return (f"batch submit {floors.batch_submit} jobs/s; {e2e}single submits {floors.single_submit} req/s (1 client), "
+            f"{floors.concurrent_submit} (16); pick-up p99 {floors.pickup_p99} ms at 200 jobs/s")  # fmt: skip
 
 
 def _distinct_floors(backends: Sequence[Backend]) -> list[tuple[str, Backend]]:

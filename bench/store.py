@@ -19,11 +19,15 @@ from typing import Literal
 
 from bench.report import (
     BATCH_SUBMIT_FLOOR,
+    CONCURRENT_SUBMIT_FLOOR,
     E2E_FLOOR,
     PG_BATCH_SUBMIT_FLOOR,
     PG_E2E_FLOOR,
     PG_PICKUP_P99_FLOOR,
+    PG_PICKUP_P99_NODES_FLOOR,
+    PG_SINGLE_SUBMIT_FLOOR,
     PICKUP_P99_FLOOR,
+    SINGLE_SUBMIT_FLOOR,
     Floor,
 )
 
@@ -39,10 +43,12 @@ class Floors:
     batch_submit: Floor
     e2e: Floor | None  # None: shown without a verdict (the issue sets it for one node only)
     pickup_p99: Floor
+    single_submit: Floor  # POST /v1/jobs, one keep-alive client
+    concurrent_submit: Floor = CONCURRENT_SUBMIT_FLOOR  # 16 clients
 
 
-SQLITE_FLOORS = Floors(BATCH_SUBMIT_FLOOR, E2E_FLOOR, PICKUP_P99_FLOOR)
-PG_FLOORS = Floors(PG_BATCH_SUBMIT_FLOOR, PG_E2E_FLOOR, PG_PICKUP_P99_FLOOR)
+SQLITE_FLOORS = Floors(BATCH_SUBMIT_FLOOR, E2E_FLOOR, PICKUP_P99_FLOOR, SINGLE_SUBMIT_FLOOR)
+PG_FLOORS = Floors(PG_BATCH_SUBMIT_FLOOR, PG_E2E_FLOOR, PG_PICKUP_P99_FLOOR, PG_SINGLE_SUBMIT_FLOOR)
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,11 @@ class Backend:
     def floors(self) -> Floors:
         if self.kind == "sqlite":
             return SQLITE_FLOORS
-        return PG_FLOORS if self.nodes == 1 else dataclasses.replace(PG_FLOORS, e2e=None)
+        return (
+            PG_FLOORS
+            if self.nodes == 1
+            else dataclasses.replace(PG_FLOORS, e2e=None, pickup_p99=PG_PICKUP_P99_NODES_FLOOR)
+        )
 
     @contextlib.asynccontextmanager
     async def fresh(self, case: str) -> AsyncIterator[dict[str, str]]:

@@ -89,5 +89,14 @@ async def single_submit(ctx: RunContext) -> list[Figure]:
                         f"p99 {percentile(lat, 99) * 1000:.1f} ms, max {lat[-1] * 1000:.1f} ms; "
                         f"{commits / max(rate.count, 1):.2f} store commits/request; "
                         f"server CPU {per_request:.2f} ms/request; {cpu.note()}")  # fmt: skip
-                figures.append(Figure("single submit", f"{label}, {clients}", rate.per_second, "req/s", None, note))
+                floor = None
+                if label.startswith("POST"):
+                    floors = ctx.backend.floors
+                    floor = floors.single_submit if concurrency == 1 else None
+                    floor = floors.concurrent_submit if concurrency == 16 else floor
+                figures.append(Figure("single submit", f"{label}, {clients}", rate.per_second, "req/s", floor, note))
+            post, healthz = figures[-2:]
+            figures.append(Figure("single submit", f"POST / healthz, {clients}",
+                                  (post.value or 0.0) / max(healthz.value or 0.0, 1e-9), "ratio", None,
+                                  "the same server's GET /healthz, measured just after, is the baseline"))  # fmt: skip
     return figures
