@@ -161,5 +161,6 @@ def test_an_email_channel_and_a_condition_rule_made_on_the_page_mail_an_alert(
     alert = _wait_for_mail(box, "web-dead-burst")
     assert "Subject: [JobDeck]" in alert, alert[:400]
     log = page.locator("#deliveries-table")
-    expect(log.locator("tr", has_text="web-mail").first).to_contain_text("delivered", timeout=30_000)
+    alert_row = log.locator("tr", has_text="web-mail").filter(has_text="alert")
+    expect(alert_row).to_contain_text("delivered", timeout=30_000)
     page.screenshot(path=str(web.log.parent / "notifications-email.png"), full_page=True)

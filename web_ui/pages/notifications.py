@@ -241,14 +241,23 @@ def _delivery_row(n: Any) -> rx.Component:
     )  # fmt: skip
 
 
-def _input(key: str, placeholder: str, width: str, html_id: str, kind: str = "text") -> rx.Component:
-    return rx.input(placeholder=placeholder, value=getattr(NotificationsState, key), id=html_id, type=kind,
-                    aria_label=placeholder, on_change=lambda v: NotificationsState.set_field(key, v), width=width)  # fmt: skip
+def _labelled(label: str, html_id: str, control: rx.Component) -> rx.Component:
+    """A form control with its name above it (a filled field keeps saying what it is)."""
+    return rx.vstack(rx.el.label(label, html_for=html_id, style={"font_size": "0.75rem", "color": "var(--gray-11)"}),
+                     control, spacing="1")  # fmt: skip
+
+
+def _input(key: str, placeholder: str, width: str, html_id: str, kind: str = "text", label: str = "") -> rx.Component:
+    label = label or placeholder.split(" (")[0].split(":")[0]
+    return _labelled(label, html_id, rx.input(
+        placeholder=placeholder, value=getattr(NotificationsState, key), id=html_id, type=kind, aria_label=label,
+        on_change=lambda v: NotificationsState.set_field(key, v), width=width))  # fmt: skip
 
 
 def _choice(key: str, items: list[str], html_id: str, label: str) -> rx.Component:
-    return rx.select(items, value=getattr(NotificationsState, key), id=html_id, aria_label=label,
-                     on_change=lambda v: NotificationsState.set_field(key, v))  # fmt: skip
+    return _labelled(label, html_id, rx.select(items, value=getattr(NotificationsState, key), id=html_id,
+                                               aria_label=label,
+                                               on_change=lambda v: NotificationsState.set_field(key, v)))  # fmt: skip
 
 
 def _add_channel() -> rx.Component:
@@ -266,11 +275,12 @@ def _add_channel() -> rx.Component:
             _choice("new_kind", list(CHANNEL_KINDS), "new-channel-kind", "channel kind"),
             _input("new_name", "name", "10rem", "new-channel-name"),
             rx.cond(NotificationsState.new_kind == "email", email,
-                    _input("new_url", "https://hooks.example.com/jobdeck", "28rem", "new-channel-url")),
+                    _input("new_url", "https://hooks.example.com/jobdeck", "28rem", "new-channel-url", label="URL")),
             rx.button(rx.cond(NotificationsState.new_kind == "email", "Add email channel", "Add webhook"),
                       type="submit", id="add-channel"),
             spacing="2",
             wrap="wrap",
+            align="end",
         ),
         on_submit=lambda _: NotificationsState.add_channel(),
     )  # fmt: skip
@@ -301,20 +311,25 @@ def _add_rule() -> rx.Component:
     return rx.form(
         rx.hstack(
             _field("rule_name", "rule name", "10rem"),
-            rx.select.root(
-                rx.select.trigger(id="rule-condition", aria_label="condition"),
-                rx.select.content(*(rx.select.item(label, value=k) for k, (label, _) in CONDITIONS.items())),
-                value=NotificationsState.rule_condition,
-                on_change=lambda v: NotificationsState.set_field("rule_condition", v),
+            _labelled(
+                "condition",
+                "rule-condition",
+                rx.select.root(
+                    rx.select.trigger(id="rule-condition", aria_label="condition"),
+                    rx.select.content(*(rx.select.item(label, value=k) for k, (label, _) in CONDITIONS.items())),
+                    value=NotificationsState.rule_condition,
+                    on_change=lambda v: NotificationsState.set_field("rule_condition", v),
+                ),
             ),
             _condition_numbers(),
             rx.cond(implied, rx.fragment(), _field("rule_events", "events (job.dead, job.failed ...)", "16rem")),
             _field("rule_queue", "queue (optional)", "9rem"),
             _field("rule_channels", "channels (names)", "12rem"),
-            _field("rule_window", "window s", "6rem"),
+            _field("rule_window", "window (s)", "6rem"),
             rx.button("Add rule", type="submit", id="add-rule"),
             spacing="2",
             wrap="wrap",
+            align="end",
         ),
         on_submit=lambda _: NotificationsState.add_rule(),
     )

@@ -16,10 +16,10 @@ CONDITIONS: dict[str, tuple[str, tuple[tuple[str, str, bool], ...]]] = {
     "every": ("every matching event", ()),
     "failed_times": ("a job failed N times", (("times", "times", True),)),
     "count": ("more than N events in T minutes", (("above", "more than", True), ("minutes", "minutes", False))),
-    "queue_depth": ("queue depth over N for T s", (("above", "more than", True), ("for_seconds", "for s", False))),
-    "no_agent": ("no agent for a queue for T s", (("for_seconds", "for s", False),)),
+    "queue_depth": ("queue depth over N for T s", (("above", "more than", True), ("for_seconds", "held for (s)", False))),
+    "no_agent": ("no agent for a queue for T s", (("for_seconds", "held for (s)", False),)),
     "success_ratio": ("success ratio below X over T minutes",
-                      (("below", "below (0-1)", False), ("minutes", "minutes", False), ("min_jobs", "once N ended", True))),
+                      (("below", "below (0-1)", False), ("minutes", "minutes", False), ("min_jobs", "judged from N jobs", True))),
     "paused_itself": ("a schedule paused itself", ()),
 }  # fmt: skip
 CONDITION_FIELDS = ("times", "above", "minutes", "for_seconds", "below", "min_jobs")
