@@ -123,7 +123,8 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         False,
     ),
     "obs": (
-        "what metrics and tracing cost (drain rate, pick-up p99, each on vs both off, alternating turns); "
+        "what metrics and tracing cost (drain rate, server CPU per job, pick-up p99, each on vs both off, "
+        "alternating turns; tracing at its default sampling and with every job traced); "
         "retention: purge rate and pick-up p99 during a purge vs without",
         (observability_cost, retention_cost),
         False,

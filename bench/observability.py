@@ -1,5 +1,6 @@
-"""What observability costs: drain throughput and pick-up p99 on a node with Prometheus metrics on,
-and on one with OpenTelemetry tracing on (exporting over OTLP/HTTP to a collector stand-in in this
+"""What observability costs: drain throughput, server CPU per job and pick-up p99 on a node with
+Prometheus metrics on, and on one with OpenTelemetry tracing on (at its default sampling, and with
+every job traced) (exporting over OTLP/HTTP to a collector stand-in in this
 process), each against a node with both off, in alternating turns of one run, so the machine's load
 hits every mode alike. And what retention costs: the purge rate of old jobs, and the pick-up p99
 of a steady stream while the purge runs vs without it.
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from bench import obs_hooks
 from bench.context import RunContext
 from bench.latency import paced
 from bench.report import Figure, percentile
@@ -25,6 +28,7 @@ from bench.throughput import run_resumed
 from bench.workload import BenchClient, all_jobs, epoch, noop_job, wait_for_state
 
 ROUNDS = 2
+SUBMIT_BATCH = 25  # jobs per submit call in the drains: 200 traces in a 5,000-job drain
 QUEUE = "obs-pickup"
 
 
@@ -71,39 +75,72 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
         modes = {
             "off": {"JOBDECK_METRICS": "false", "JOBDECK_TRACING": "off"},
             "metrics": {"JOBDECK_METRICS": "true", "JOBDECK_TRACING": "off"},
-            "tracing": {
+            "tracing": {  # the default sampling: 1 in 10 of the traces a node starts (DEFAULT_SAMPLE_RATIO)
                 "JOBDECK_METRICS": "false",
                 "JOBDECK_TRACING": "otlp",
                 "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
                 "OTEL_BSP_MAX_QUEUE_SIZE": "65536",
             },
+            "tracing every job": {
+                "JOBDECK_METRICS": "false",
+                "JOBDECK_TRACING": "otlp",
+                "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+                "OTEL_BSP_MAX_QUEUE_SIZE": "65536",
+            },
         }
+        # Submitted in batches of SUBMIT_BATCH: a batch is one trace (sampled or not as a whole), so a
+        # drain holds enough traces for the default sampling's share to show, in every mode alike.
+        small_batches = dataclasses.replace(ctx, scale=dataclasses.replace(ctx.scale, batch_size=SUBMIT_BATCH))
         drain: dict[str, list[float]] = {m: [] for m in modes}
+        cpu: dict[str, list[float]] = {m: [] for m in modes}  # server CPU ms per job: steadier than rates
         pickup: dict[str, list[float]] = {m: [] for m in modes}
         for r in range(ROUNDS):
             for mode, env in modes.items():
-                async with ctx.server(f"obs-{mode}-drain-{r}", ctx.scale.e2e_slots, env) as (srv, client):
-                    rate, *_ = await run_resumed(ctx, [srv], [client])
+                async with ctx.server(f"obs-{mode.replace(' ', '-')}-drain-{r}", ctx.scale.e2e_slots, env) as (
+                    srv,
+                    client,
+                ):
+                    rate, _, used = await run_resumed(small_batches, [srv], [client])
                     drain[mode].append(rate)
-                async with ctx.server(f"obs-{mode}-pickup-{r}", ctx.scale.pickup_slots, env) as (_, client):
+                    cpu[mode].append((used.server_main + used.server_threads) * used.wall * 1000 / ctx.scale.e2e_jobs)
+                async with ctx.server(f"obs-{mode.replace(' ', '-')}-pickup-{r}", ctx.scale.pickup_slots, env) as (
+                    _,
+                    client,
+                ):
                     pickup[mode].extend(await _pickup_ms(ctx, client, ctx.scale.pickup_seconds / 2))
                 ctx.progress(f"{mode}, round {r + 1}: drain {drain[mode][-1]:,.0f} jobs/s")
+        hooks = {"metrics": await asyncio.to_thread(obs_hooks.metrics_us_per_job),
+                 "tracing": await asyncio.to_thread(obs_hooks.tracing_us_per_job, endpoint, None),
+                 "tracing every job": await asyncio.to_thread(obs_hooks.tracing_us_per_job, endpoint,
+                                                              "parentbased_always_on")}  # fmt: skip
         exported = _Collector.received
     rates = {m: sum(v) / len(v) for m, v in drain.items()}
+    per_job = {m: sum(v) / len(v) for m, v in cpu.items()}
     p99 = {m: percentile(sorted(v), 99) for m, v in pickup.items()}
     figures = []
     for mode in modes:
         turns = ", ".join(f"{x:,.0f}" for x in drain[mode])
         figures.append(Figure("observability cost", f"drain, {mode}", rates[mode], "jobs/s", None,
                               f"{ctx.scale.e2e_jobs:,} jobs a turn; turns {turns}"))  # fmt: skip
+        figures.append(Figure("observability cost", f"server CPU per job, {mode}", per_job[mode], "ms", None,
+                              "turns " + ", ".join(f"{x:.3f}" for x in cpu[mode])))  # fmt: skip
         figures.append(Figure("observability cost", f"pick-up p99, {mode}", p99[mode], "ms", None,
                               f"{len(pickup[mode]):,} jobs at {ctx.scale.pickup_rate:.0f}/s; "
                               f"p50 {percentile(sorted(pickup[mode]), 50):.1f} ms"))  # fmt: skip
-    for mode, floor in (("metrics", 0.95), ("tracing", 0.85)):
+    for mode, floor in (("metrics", 0.95), ("tracing", 0.85), ("tracing every job", 0.85)):
         figures.append(Figure("observability cost", f"drain: {mode} on / off", rates[mode] / rates["off"], "ratio",
                               None, f"1.00 = free; the issue's floor: >= {floor}"))  # fmt: skip
+        figures.append(Figure("observability cost", f"CPU per job: off / {mode} on", per_job["off"] / per_job[mode],
+                              "ratio", None, "1.00 = free; the same floor read as CPU (less noisy than a rate)"))  # fmt: skip
         figures.append(Figure("observability cost", f"pick-up p99: {mode} on / off", p99[mode] / p99["off"], "ratio",
                               None, "1.00 = free; lower is better"))  # fmt: skip
+    for mode, us in hooks.items():  # in process: what the feature adds to a job's CPU, beside the off node's
+        figures.append(Figure("observability cost", f"{mode}: CPU added per job (in process)", us, "us", None,
+                              f"{obs_hooks.JOBS:,} jobs, best of {obs_hooks.REPEATS}"))  # fmt: skip
+        figures.append(Figure("observability cost", f"{mode}: off / (off + added), per job", per_job["off"] * 1000
+                              / (per_job["off"] * 1000 + us), "ratio", None,
+                              f"beside this run's off node: {per_job['off']:.3f} ms per job"))  # fmt: skip
     figures.append(Figure("observability cost", "OTLP bytes exported (tracing turns)", exported / 1e6, "MB"))
     return figures
 

@@ -110,7 +110,9 @@ class Node:
         self.tls = server_tls(settings) if settings.tls else None  # a bad certificate stops the node first
         self.metrics = NodeMetrics() if settings.metrics else NoMetrics()
         self.store = open_store(settings, self.bus, self.metrics)
-        self.tracing = tracing if tracing is not None else tracing_for(settings.tracing)
+        self.tracing = (
+            tracing if tracing is not None else tracing_for(settings.tracing, sample_ratio=settings.trace_sample_ratio)
+        )
         self.engine = Engine(self.store, self.bus, settings, metrics=self.metrics, tracing=self.tracing)
         self.retention = Retention(self.store, settings, self.metrics)
         self.app = create_app(self.engine)

@@ -43,6 +43,14 @@ async def demo_work(url: str, hook_url: str) -> dict[str, int]:
                                  "job": {"queue": "emails", "task": {"kind": "shell", "argv": ["./digest.sh"]}}})  # fmt: skip
         await c.queue_action("imports", "pause")
         workflow = await workflow_and_alerts(c, hook_url, sh)
+        # jobs held by a paused queue for a couple of seconds: the Overview's "held" pick-up line
+        held = [await c.submit({"name": f"export-{i}", "queue": "exports", "delay": 0.3,
+                                "task": {"kind": "shell", "argv": ["true"]}}) for i in range(5)]  # fmt: skip
+        await c.queue_action("exports", "pause")
+        await asyncio.sleep(2.5)
+        await c.queue_action("exports", "resume")
+        for job in held:
+            await c.wait_for(job["id"], timeout=30)
         await c.wait_for(running["id"], states=("running",), timeout=30)
         return {"running": int(running["id"]), "workflow": workflow}
 
