@@ -133,7 +133,11 @@ async def _list_rows(c: Conn, select: str, flt: JobFilter, order: JobOrder, limi
         hi = flt.name_prefix + chr(0x10FFFF)
         names = [r[0] for r in await c.fetch(_NAMES, flt.name_prefix, hi, MERGE_NAMES + 1)]
         if len(names) <= MERGE_NAMES:
-            return await _by_names(c, select, flt, order, limit, names)
+            return await _by_values(c, select, replace(flt, name_prefix=None), order, limit, "name", names)
+    if order.by_id and only == {"states"}:  # several states (the console's queued,running): each one's range
+        return await _by_values(
+            c, select, replace(flt, states=()), order, limit, "state", list(dict.fromkeys(flt.states))
+        )
     params = []
     arg = _numbered(params)
     where = _job_where(flt, arg)
@@ -145,18 +149,20 @@ async def _list_rows(c: Conn, select: str, flt: JobFilter, order: JobOrder, limi
     return list(await c.fetch(query, *params))
 
 
-async def _by_names(
-    c: Conn, select: str, flt: JobFilter, order: JobOrder, limit: int, names: list[str]
+async def _by_values(
+    c: Conn, select: str, flt: JobFilter, order: JobOrder, limit: int, column: str, values: list[str]
 ) -> list[asyncpg.Record]:
-    """A name-prefix page in id order: up to `limit` rows of each name's (name, id) range, then the page."""
-    params: list[Any] = [names]
+    """A page in id order of jobs whose `column` is one of `values` (the names of a prefix, several
+    states): up to `limit` rows of each value's (column, id) range, then the page. One range walk
+    alone would read the ids backwards and filter, through every newest job of another value."""
+    params: list[Any] = [values]
     arg = _numbered(params)
-    rest = _job_where(replace(flt, name_prefix=None), arg)
-    cond, by = _range_of("name", "n.name", order, arg)
+    rest = _job_where(flt, arg)
+    cond, by = _range_of(column, "n.v", order, arg)
     inner = " AND ".join([cond, *rest])
     direction = "DESC" if order.descending else "ASC"
     columns = ", ".join(f"j.{col}" for col in select.removeprefix("SELECT ").removesuffix(" FROM jobs").split(", "))
-    query = (f"SELECT {columns} FROM unnest($1::text[]) AS n(name) CROSS JOIN LATERAL "
+    query = (f"SELECT {columns} FROM unnest($1::text[]) AS n(v) CROSS JOIN LATERAL "
              f"({select} WHERE {inner} ORDER BY {by} LIMIT {limit:d}) AS j ORDER BY j.id {direction} LIMIT {limit:d}")  # fmt: skip
     return list(await c.fetch(query, *params))
 

@@ -70,6 +70,9 @@ async def test_archivable_jobs_purge_and_restore(kit: StoreKit) -> None:
     left = {j.id for j in await store.list_jobs(JobFilter(), None, 1000)}
     assert left == {old[0], *recent, *kept_queue, *waiting}, left
     assert await store.list_jobs(JobFilter(tag="t1"), None, 1000) != []
+    tagged = [j.id for j in await store.list_jobs(JobFilter(tag="t1"), None, 1000)]
+    # a tag's count reads job_tags alone: a purged job's tag row left behind would be counted
+    assert await store.count_jobs(JobFilter(tag="t1")) == (len(tagged), True), f"tag rows left for {tagged}"
 
     restorable = [r for r in everything if r["job"]["id"] != old[0]]
     assert await store.restore_jobs(restorable) == len(restorable)
