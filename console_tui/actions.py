@@ -72,6 +72,22 @@ ACTIONS: tuple[ActionSpec, ...] = (
         destructive=True,
         help="act on every job matching the filter",
     ),
+    ActionSpec(
+        "run_now",
+        "x",
+        "Run now",
+        ("schedules",),
+        "schedules.write",
+        help="one job from the schedule now, outside its timetable and policies",
+    ),
+    ActionSpec(
+        "backfill",
+        "b",
+        "Backfill",
+        ("schedules",),
+        "schedules.write",
+        help="the runs of a past range's fire times: a dry-run count, then yes/no",
+    ),
     ActionSpec("concurrency", "C", "Concurrency", ("queues",), "queues.configure", help="limit running jobs"),
     ActionSpec("rate_limit", "L", "Rate limit", ("queues",), "queues.configure", help="jobs started per second"),
     ActionSpec("key_limit", "K", "Key limit", ("queues",), "queues.configure", help="jobs of one concurrency key"),
@@ -104,7 +120,8 @@ ACTIONS: tuple[ActionSpec, ...] = (
 BY_NAME = {a.name: a for a in ACTIONS}
 # Which permission an action needs depends on what it acts on.
 PERMISSION_BY_VIEW = {"queues": {"pause": "queues.pause", "resume": "queues.pause"},
-                      "schedules": {"pause": "schedules.write", "resume": "schedules.write"}}  # fmt: skip
+                      "schedules": {"pause": "schedules.write", "resume": "schedules.write",
+                                    "run_now": "schedules.write", "backfill": "schedules.write"}}  # fmt: skip
 
 KEY_LABELS = {"plus": "+", "minus": "-", "equals_sign": "=", "space": "space", "slash": "/",
               "right_square_bracket": "]", "left_square_bracket": "[", "enter": "enter"}  # fmt: skip

@@ -1,17 +1,28 @@
-"""The Schedules view: timing, next fire times, paused, last result; pause, resume."""
+"""The Schedules view: timing, next fire times, paused, last result; pause, resume, run now,
+backfill (a dry-run count first); and a preview panel: the cursor schedule's next fire times,
+local and UTC, with what a policy or the clocks do to them."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Any, ClassVar
+from zoneinfo import ZoneInfo
 
 from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Static
 
 from console_tui.actions import bindings_for
 from console_tui.format import epoch, state_text
 from console_tui.screens.base import Json
+from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
 from console_tui.screens.tables import TableView
 from core.errors import JobDeckError
+
+PREVIEW_N = 5
+BACKFILL_HINT = "FROM TO in the schedule's zone, e.g. 2026-11-30T00:00 2026-11-30T06:00"
 
 
 def timing(s: Json) -> str:
@@ -20,6 +31,40 @@ def timing(s: Json) -> str:
     if s.get("interval"):
         return f"every {s['interval']:g}s"
     return "once"
+
+
+def backfill_range(text: str, zone: str) -> tuple[str, str]:
+    """`FROM TO` (local times in `zone`, or instants with an offset) as two ISO instants; a
+    ValueError says what is wrong (the prompt shows it under the field)."""
+    parts = text.split()
+    if len(parts) != 2:
+        raise ValueError(f"two times, FROM and TO: {BACKFILL_HINT}")
+    out = []
+    for name, part in zip(("FROM", "TO"), parts, strict=True):
+        try:
+            t = datetime.fromisoformat(part)
+        except ValueError:
+            raise ValueError(f"{name} {part!r} is not a date and time: {BACKFILL_HINT}") from None
+        out.append((t if t.tzinfo else t.replace(tzinfo=ZoneInfo(zone))).isoformat())
+    return out[0], out[1]
+
+
+def preview_text(s: Json, got: Json, fmt: Any) -> Text:
+    """The preview panel: the next fire times in the schedule's zone and in the viewer's (or UTC),
+    with their marks (dst_gap, dst_overlap, excluded, may_skip)."""
+    zone = str(got.get("timezone") or s.get("timezone") or "UTC")
+    text = Text.assemble((f"#{s['id']} {s['name']}", "bold"), f" · next {PREVIEW_N} fire times ({zone})")
+    text.append(f" · overlap {s.get('overlap', 'skip')}, catch-up {s.get('catch_up', 'latest')}", style="dim")
+    if s.get("paused"):
+        text.append(" · paused: none of these fires until resumed", style="bold magenta")
+    for f in got.get("fire_times", []):
+        t = epoch(f.get("utc"))
+        text.append(f"\n  {fmt.date_time(t, zone)}  = {fmt.other_zone(t, zone)}")
+        if f.get("marks"):
+            text.append(f"   {' '.join(f['marks'])}", style="yellow")
+    if not got.get("fire_times"):
+        text.append("\n  no fire time to come", style="dim")
+    return text
 
 
 def policy_note(s: Json) -> str:
@@ -46,6 +91,32 @@ class SchedulesView(TableView):
     COLUMNS = (("id", "ID", 4), ("name", "NAME", 16), ("timing", "TIMING", 25), ("status", "STATUS", 6),
                ("next", "NEXT FIRE (ITS ZONE)", 23), ("in", "IN", 9), ("last", "LAST FIRE", 24), ("fired", "FIRED", 5))  # fmt: skip
     POLL_SECONDS = 10.0
+    DEFAULT_CSS = """
+    SchedulesView #preview { height: 7; border-top: solid $primary-darken-2; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield Static("", id="preview")
+
+    @on(DataTable.RowHighlighted)
+    def _preview_cursor(self, event: DataTable.RowHighlighted) -> None:
+        self.load_preview()
+
+    @work(exclusive=True, group="schedule-preview")
+    async def load_preview(self) -> None:
+        """The cursor schedule's next fire times (the newest cursor move wins)."""
+        s = self.current()
+        panel = self.query_one("#preview", Static)
+        if s is None:
+            panel.update("")
+            return
+        try:
+            got = await self.console.client.preview(int(s["id"]), n=PREVIEW_N)
+        except JobDeckError as exc:
+            panel.update(Text(f"#{s['id']}: no preview ({exc.message})", style="red"))
+            return
+        panel.update(preview_text(s, got, self.console.fmt))
 
     def key(self, item: Json) -> str:
         return str(item["id"])
@@ -117,3 +188,45 @@ class SchedulesView(TableView):
         if s := self.current():
             await self.call(self.console.client.schedule_action(s["id"], "resume"), f"schedule {s['name']} resumed")
             await self.reload()
+
+    async def action_run_now(self) -> None:
+        if s := self.current():
+            job = await self.call(self.console.client.schedule_action(s["id"], "run"))
+            if job is not None:
+                self.console.notify(f"job #{job['id']} made from schedule {s['name']} ({job['state']})", timeout=4)
+                await self.reload()
+
+    def action_backfill(self) -> None:
+        """Ask for a range, count its fire times (dry run), then ask before making the runs."""
+        s = self.current()
+        if s is None:
+            return
+        client, zone = self.console.client, str(s.get("timezone") or "UTC")
+
+        async def count(text: str) -> tuple[str, str, Json]:
+            start, end = backfill_range(text, zone)
+            return start, end, await client.backfill(int(s["id"]), start, end, dry_run=True)
+
+        async def make(start: str, end: str) -> None:
+            out = await self.call(client.backfill(int(s["id"]), start, end))
+            if out is not None:
+                self.console.notify(f"schedule {s['name']}: {out['made']} run(s) backfilled", timeout=4)
+                await self.reload()
+
+        def counted(got: tuple[str, str, Json] | None) -> None:
+            if got is None:
+                return
+            start, end, dry = got
+            if not dry["would_make"]:
+                self.console.notify(f"nothing to backfill: all {dry['fire_times']} fire time(s) have a job", timeout=4)
+                return
+            detail = f"{dry['fire_times']} fire time(s) in the range, {dry['existing']} of them have a job already"
+
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self.run_worker(make(start, end))
+
+            self.app.push_screen(ConfirmScreen(f"Make {dry['would_make']} run(s) of {s['name']}?", detail, yes="Make"),
+                                 answered)  # fmt: skip
+
+        self.app.push_screen(PromptScreen(f"Backfill {s['name']}", BACKFILL_HINT, count), counted)

@@ -3,8 +3,13 @@ skipped and missed fire times (against a real server)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
 import pytest
 
+from console_tui.screens.dialogs import ConfirmScreen, PromptScreen
 from core.client import JobDeckClient
 from tests.conftest import ServerProcess, until
 from tests.console_tui.conftest import console
@@ -34,3 +39,57 @@ async def test_the_bar_says_why_a_schedule_paused_itself_and_what_it_skipped(
         await select(schedules, str(quiet["id"]))
         await until(lambda: "#" + str(quiet["id"]) in str(bar.render()), 5, "the plain schedule's bar")
         assert "skipped" not in str(bar.render()) and "paused after" not in str(bar.render())
+
+
+def _panel(app: Any) -> str:
+    return str(app.main_screen.query_one("#schedules #preview").render())
+
+
+async def test_the_preview_panel_run_now_and_a_backfill_counted_first(node: ServerProcess, api: JobDeckClient) -> None:
+    s = await api.create_schedule({"name": "tui-hourly", "cron": "0 * * * *", "timezone": "Asia/Tokyo",
+                                   "overlap": "buffer_one", "job": {"task": {"kind": "shell", "argv": ["true"]},
+                                                                    "queue": "tui-sched"}})  # fmt: skip
+    other = await api.create_schedule({"name": "tui-daily", "cron": "30 4 * * *", "timezone": "UTC",
+                                       "job": {"task": {"kind": "shell", "argv": ["true"]}}})  # fmt: skip
+    async with console(node.url) as (app, pilot):
+        await pilot.press("4")
+        schedules = view(app, "schedules")
+        await select(schedules, str(s["id"]))
+        await until(lambda: "tui-hourly" in _panel(app), 5, "the cursor schedule's preview")
+        text = _panel(app)
+        assert "next 5 fire times (Asia/Tokyo)" in text and "overlap buffer_one" in text, text
+        assert text.count(":00:00 JST") == 5, f"five hourly fire times in Tokyo time: {text}"
+        await select(schedules, str(other["id"]))
+        await until(lambda: "tui-daily" in _panel(app), 5, "the preview follows the cursor")
+        assert _panel(app).count("04:30:00 UTC") >= 5, _panel(app)
+
+        await select(schedules, str(s["id"]))
+        await pilot.press("x")  # run now
+        jobs = await until(lambda: _jobs(api, s["id"]), 10, "the job run now made")
+        assert jobs[0]["fire_time"] is None, "a manual run, outside the timetable"
+
+        await pilot.press("b")
+        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the backfill prompt")
+        app.screen.query_one("#value").value = "yesterday now"
+        await pilot.press("enter")
+        await until(lambda: "is not a date and time" in str(app.screen.query_one("#error").render()), 3, "the reason")
+        hour = datetime.now(ZoneInfo("Asia/Tokyo")).replace(minute=0, second=0, microsecond=0)
+        fmt = "%Y-%m-%dT%H:%M"
+        app.screen.query_one("#value").value = f"{hour:{fmt}} {hour - timedelta(hours=2):{fmt}}"
+        await pilot.press("enter")
+        await until(lambda: "is after to" in str(app.screen.query_one("#error").render()), 3, "the server's 422")
+        app.screen.query_one("#value").value = f"{hour - timedelta(hours=2):{fmt}} {hour:{fmt}}"
+        await pilot.press("enter")
+        await until(lambda: isinstance(app.screen, ConfirmScreen), 5, "the count, then a question")
+        question = str(app.screen.query_one("#question").render())
+        assert "Make 3 run(s) of tui-hourly?" in question, question
+        assert len(await _jobs(api, s["id"]) or []) == 1, "the dry run made nothing"
+        await pilot.press("y")
+        made = await until(lambda: _jobs(api, s["id"], 4), 10, "the backfilled runs")
+        want = sorted((hour - timedelta(hours=h)).timestamp() for h in (0, 1, 2))
+        assert sorted(datetime.fromisoformat(j["fire_time"]).timestamp() for j in made if j["fire_time"]) == want
+
+
+async def _jobs(api: JobDeckClient, schedule_id: int, at_least: int = 1) -> list[Any] | None:
+    jobs = (await api.list_jobs(schedule_id=schedule_id))["jobs"]
+    return jobs if len(jobs) >= at_least else None

@@ -1,0 +1,298 @@
+"""The Schedules page's state: the list, the create-and-edit form with its as-you-type preview,
+and a schedule's details (run history, next fire times, backfill with a dry-run count)."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import reflex as rx
+
+from core.errors import InvalidInput, JobDeckError
+from web_ui.format import STATE_COLOR, ago, clock, clock_both, task_text, when
+from web_ui.hub import Change, touched
+from web_ui.state import AppState, page_state, set_editable
+
+ZONES = ("UTC", "Europe/Paris", "Europe/London", "Europe/Berlin", "America/New_York", "America/Chicago",
+         "America/Los_Angeles", "America/Sao_Paulo", "Asia/Tokyo", "Asia/Kolkata", "Asia/Singapore",
+         "Australia/Sydney")  # fmt: skip
+FORM_FIELDS = ("name", "cron", "timezone", "command", "queue")
+BACKFILL_FIELDS = ("from", "to", "overlap")
+BACKFILL_OVERLAPS = ("buffer_all", "allow")
+HISTORY = 20  # runs shown in a schedule's details
+UPCOMING = 10  # fire times previewed there
+
+
+def _duration(job: dict[str, Any]) -> str:
+    start, end = when(job.get("started_at")), when(job.get("finished_at"))
+    if start is None or end is None:
+        return ""
+    d = max(0.0, end - start)
+    return f"{d:.2f}s" if d < 60 else f"{d / 60:.1f}m"
+
+
+@page_state("/schedules", editable=("s_name", "s_command", "s_queue"))
+class SchedulesState(AppState):
+    """The Schedules page."""
+
+    def set_field(self, name: str, value: str) -> None:
+        set_editable(self, name, value)
+
+    schedules: list[dict[str, str]] = []
+    editing: int = 0  # the schedule being edited; 0: a new one
+    form_open: bool = False
+    s_name: str = ""
+    s_cron: str = "*/5 * * * *"
+    s_timezone: str = "UTC"
+    s_command: str = ""
+    s_queue: str = "default"
+    errors: dict[str, str] = {}
+    fire_times: list[dict[str, str]] = []
+
+    async def fetch(self) -> None:
+        self.schedules = [
+            {
+                "id": str(s["id"]),
+                "name": s["name"],
+                "timing": s.get("cron") or (f"every {s['interval']:g}s" if s.get("interval") else f"at {s.get('at')}"),
+                "timezone": str(s.get("timezone") or ""),
+                "task": task_text((s.get("job") or {}).get("task") or {}),
+                "queue": str((s.get("job") or {}).get("queue") or ""),
+                "next": clock(s.get("next_fire_at"), str(s.get("timezone") or "UTC")),  # the schedule's zone
+                "next_both": clock_both(s.get("next_fire_at"), str(s.get("timezone") or "UTC"), self.zone_name()),
+                "next_in": ago(s.get("next_fire_at")),
+                "fired": str(s.get("fired", 0)),
+                "skipped": str(s.get("skipped", 0)),
+                "missed": str(s.get("missed", 0)),
+                "overlap": str(s.get("overlap") or "skip"),
+                "catch_up": str(s.get("catch_up") or "latest"),
+                "paused": "1" if s.get("paused") else "",
+                "paused_reason": str(s.get("paused_reason") or ""),
+            }
+            for s in await self.client().schedules()
+        ]
+
+    async def live_refresh(self, changes: list[Change] | None) -> None:
+        if touched(changes, "schedule."):
+            await self.fetch()
+        if self.detail_open and touched(changes, "job.", "schedule."):
+            await self._load_detail()
+
+    # -- a schedule's details: history, next fire times, backfill
+
+    detail_open: bool = False
+    detail_id: int = 0
+    detail_name: str = ""
+    detail_policy: str = ""
+    history: list[dict[str, str]] = []
+    upcoming: list[dict[str, str]] = []
+    bf_from: str = ""
+    bf_to: str = ""
+    bf_overlap: str = "buffer_all"
+    bf_result: str = ""
+    bf_errors: dict[str, str] = {}
+    bf_zone: str = "UTC"  # the zone the backfill's from and to are read in: the schedule's
+
+    async def open_detail(self, schedule_id: str) -> Any:
+        self.detail_id, self.bf_result, self.bf_errors = int(schedule_id), "", {}
+        try:
+            await self._load_detail()
+        except JobDeckError as exc:
+            return self.failed(exc)
+        self.detail_open = True
+        return None
+
+    def set_detail_open(self, value: bool) -> None:
+        self.detail_open = value
+
+    async def _load_detail(self) -> None:
+        client = self.client()
+        s = await client.get_schedule(self.detail_id)
+        zone = str(s.get("timezone") or "UTC")
+        self.detail_name = str(s["name"])
+        self.detail_policy = (f"overlap {s.get('overlap')}, catch-up {s.get('catch_up')}"
+                              f" (window {s.get('catch_up_window', 0):g}s), jitter {s.get('jitter', 0):g}s"
+                              + (f", pauses after {s['pause_after_failures']} failed runs"
+                                 if s.get("pause_after_failures") else ""))  # fmt: skip
+        jobs = (await client.list_jobs(schedule_id=self.detail_id, limit=HISTORY))["jobs"]
+        self.history = [
+            {
+                "id": str(j["id"]),
+                "fire_time": clock(j.get("fire_time"), zone) if j.get("fire_time") else "manual run",
+                "state": str(j["state"]),
+                "color": STATE_COLOR.get(str(j["state"]), "gray"),
+                "duration": _duration(j),
+            }
+            for j in jobs
+        ]
+        got = await client.preview(self.detail_id, n=UPCOMING)
+        self.upcoming = [{"local": clock(t.get("utc"), zone), "utc": clock(t.get("utc"), "UTC"),
+                          "marks": ", ".join(t.get("marks") or [])} for t in got.get("fire_times", [])]  # fmt: skip
+        if not self.bf_from and not self.bf_to:  # a day back to now, in the schedule's zone
+            now = time.time()
+            self.bf_from = datetime.fromtimestamp(now - 86400, ZoneInfo(zone)).strftime("%Y-%m-%dT%H:%M")
+            self.bf_to = datetime.fromtimestamp(now, ZoneInfo(zone)).strftime("%Y-%m-%dT%H:%M")
+        self.bf_zone = zone
+
+    def set_bf_from(self, value: str) -> None:
+        self.bf_from, self.bf_result = value, ""
+
+    def set_bf_to(self, value: str) -> None:
+        self.bf_to, self.bf_result = value, ""
+
+    def set_bf_overlap(self, value: str) -> None:
+        self.bf_overlap, self.bf_result = value, ""
+
+    def _instant(self, text: str, field: str) -> str | None:
+        """A datetime-local value (the schedule's zone) as an ISO instant, or None with the reason set."""
+        try:
+            local = datetime.fromisoformat(text.strip())
+        except ValueError:
+            self.bf_errors = {**self.bf_errors, field: f"{field}: a date and time such as 2026-11-30T09:00"}
+            return None
+        if local.tzinfo is None:
+            local = local.replace(tzinfo=ZoneInfo(self.bf_zone))
+        return local.isoformat()
+
+    async def backfill(self, dry_run: bool) -> Any:
+        """Count (dry run) or make the runs of every past fire time in the range that has none."""
+        self.bf_errors, self.bf_result = {}, ""
+        start, end = self._instant(self.bf_from, "from"), self._instant(self.bf_to, "to")
+        if start is None or end is None:
+            return None
+        try:
+            out = await self.client().backfill(self.detail_id, start, end, self.bf_overlap, dry_run=dry_run)
+        except InvalidInput as exc:
+            field = (exc.field or "").split(".")[-1]
+            self.bf_errors = {field if field in BACKFILL_FIELDS else "from": exc.message}
+            return None
+        except JobDeckError as exc:
+            return self.failed(exc)
+        n, existing = int(out["fire_times"]), int(out["existing"])
+        if dry_run:
+            self.bf_result = (f"would make {out['would_make']} run(s): {n} fire time(s) in the range, "
+                              f"{existing} of them have a job already")  # fmt: skip
+            return None
+        self.bf_result = f"made {out['made']} run(s) ({existing} of {n} fire times had a job already)"
+        await self._load_detail()
+        return rx.toast.success(f"schedule {self.detail_name}: {out['made']} run(s) backfilled", duration=2000)
+
+    async def run_now_detail(self) -> Any:
+        try:
+            job = await self.client().schedule_action(self.detail_id, "run")
+        except JobDeckError as exc:
+            return self.failed(exc)
+        await self._load_detail()
+        return rx.toast.success(f"job {job['id']} made from {self.detail_name}", duration=2000)
+
+    async def load(self) -> Any:
+        return await self._fetch_or_fail()
+
+    # -- the form
+
+    async def preview(self) -> None:
+        """The next five fire times of the cron field in the chosen zone, or the server's reason why not."""
+        self.errors = {k: v for k, v in self.errors.items() if k not in ("cron", "timezone")}
+        if not self.s_cron.strip():
+            self.fire_times = []
+            return
+        try:
+            got = await self.client().preview_timing({"cron": self.s_cron, "timezone": self.s_timezone}, n=5)
+        except InvalidInput as exc:
+            field = exc.field if exc.field in ("cron", "timezone") else "cron"
+            self.errors = {**self.errors, field: exc.message}
+            self.fire_times = []
+            return
+        except JobDeckError as exc:
+            if exc.status in (404, 405):
+                self.errors = {**self.errors, "cron": "this core cannot preview a cron field yet"}
+            else:
+                self.errors = {**self.errors, "cron": exc.message}
+            self.fire_times = []
+            return
+        self.fire_times = [{"local": str(t.get("local", "")), "utc": str(t.get("utc", ""))}
+                           for t in got.get("fire_times", [])]  # fmt: skip
+
+    async def set_cron(self, value: str) -> None:
+        self.s_cron = value
+        await self.preview()
+
+    async def set_timezone(self, value: str) -> None:
+        self.s_timezone = value
+        await self.preview()
+
+    async def open_new(self) -> None:
+        self.editing, self.form_open, self.errors = 0, True, {}
+        self.s_name, self.s_command, self.s_cron, self.s_timezone, self.s_queue = (
+            "",
+            "",
+            "*/5 * * * *",
+            "UTC",
+            "default",
+        )
+        await self.preview()
+
+    async def open_edit(self, schedule_id: str) -> Any:
+        try:
+            s = await self.client().get_schedule(int(schedule_id))
+        except JobDeckError as exc:
+            return self.failed(exc)
+        job = s.get("job") or {}
+        task = job.get("task") or {}
+        self.editing, self.form_open, self.errors = int(schedule_id), True, {}
+        self.s_name, self.s_cron, self.s_timezone = s["name"], s.get("cron") or "", s.get("timezone") or "UTC"
+        self.s_command = shlex.join(task.get("argv") or []) or str(task.get("command") or "")
+        self.s_queue = str(job.get("queue") or "default")
+        await self.preview()
+        return None
+
+    def set_form_open(self, value: bool) -> None:
+        self.form_open = value
+
+    async def save(self) -> Any:
+        errors: dict[str, str] = {}
+        if not self.s_name.strip():
+            errors["name"] = "a name is needed"
+        try:
+            argv = shlex.split(self.s_command)
+        except ValueError as exc:
+            argv, errors["command"] = [], f"cannot split the command: {exc}"
+        if not argv and "command" not in errors:
+            errors["command"] = "a command is needed"
+        if errors:
+            self.errors = errors
+            return None
+        body: dict[str, Any] = {"name": self.s_name.strip(), "cron": self.s_cron, "timezone": self.s_timezone,
+                                "job": {"queue": self.s_queue.strip() or "default",
+                                        "task": {"kind": "shell", "argv": argv}}}  # fmt: skip
+        client = self.client()
+        try:
+            if self.editing:
+                await client.update_schedule(self.editing, body)
+            else:
+                await client.create_schedule(body)
+        except InvalidInput as exc:
+            field = (exc.field or "").split(".")[-1]
+            field = "command" if field in ("argv", "task", "job") else field
+            self.errors = {field if field in FORM_FIELDS else "name": exc.message}
+            return None
+        except JobDeckError as exc:
+            return self.failed(exc)
+        self.form_open = False
+        await self.fetch()
+        return rx.toast.success(f"schedule {body['name']} saved", duration=2000)
+
+    async def act(self, schedule_id: str, action: str) -> Any:
+        client = self.client()
+        try:
+            if action == "delete":
+                await client.delete_schedule(int(schedule_id))
+            else:
+                await client.schedule_action(int(schedule_id), action)
+        except JobDeckError as exc:
+            return self.failed(exc)
+        await self.fetch()
+        return rx.toast.success(f"schedule {schedule_id}: {action} done", duration=2000)
