@@ -155,6 +155,7 @@ class RuleFilters(_Strict):
     name_prefix: Annotated[str, Field(min_length=1, max_length=200, pattern=NO_NUL)] | None = None
     tag: Annotated[str, Field(min_length=1, max_length=200, pattern=NO_NUL)] | None = None
     schedule_id: Id | None = None
+    workflow_id: Id | None = Field(None, description="a workflow's jobs' events, and its workflow.* events")
 
 
 EventType = Literal[EVENT_TYPES]  # type: ignore[valid-type]

@@ -39,6 +39,7 @@ OPEN_AFTER = 5  # failures in a row that open a channel's breaker
 COOL_FIRST, COOL_MAX = 1.0, 60.0
 POLL = 0.5  # seconds between claims when nothing woke the dispatcher
 CLAIM_TTL = 60.0  # a claimed delivery is this node's for so long (another node takes it after a crash)
+CLAIM_BATCH = 128  # deliveries per claim (the relay's sink hands over the new ones; claims carry the rest)
 WORKERS_PER_CHANNEL = 8
 QUEUED_PER_CHANNEL = 64  # claimed and waiting for a worker; past this the channel is not claimed for
 CHANNEL_CACHE = 1.0  # seconds a channel's settings are reused before reading them again
@@ -171,7 +172,9 @@ class Dispatcher:
         ch = self._channels.get(channel_id)
         if self._task is None:
             return False
-        return ch is None or (not ch.breaker.is_open(self.clock()) and len(ch.queue) < QUEUED_PER_CHANNEL)
+        # closed only: handed to a channel that waits for (or runs) its probe, each delivery would
+        # be given back at once, a store write per relay round for as long as the probe hangs
+        return ch is None or (not ch.breaker.open_until and len(ch.queue) < QUEUED_PER_CHANNEL)
 
     def take(self, deliveries: list[dict[str, Any]]) -> None:
         """Send deliveries the caller wrote already claimed for this node (CLAIM_TTL): the relay's
@@ -207,12 +210,12 @@ class Dispatcher:
         now = self.clock()
         skip = [cid for cid, ch in self._channels.items()
                 if ch.breaker.is_open(now) or len(ch.queue) >= QUEUED_PER_CHANNEL]  # fmt: skip
-        got = await self.store.claim_deliveries(now, CLAIM_TTL, 512, skip)
+        got = await self.store.claim_deliveries(now, CLAIM_TTL, CLAIM_BATCH, skip)
         for d in got:
             ch = self._channel(d["channel_id"])
             ch.queue.append(d)
             self._spawn(d["channel_id"], ch)
-        if len(got) == 512:
+        if len(got) == CLAIM_BATCH:
             self._wake.set()  # more are due
 
     def _spawn(self, channel_id: int, ch: _Channel) -> None:

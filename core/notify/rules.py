@@ -19,6 +19,7 @@ EVENT_TYPES = (
     "schedule.fired", "schedule.missed", "schedule.skipped", "schedule.cancelled_previous",
     "queue.paused", "queue.resumed", "queue.updated",
     "agent.connected", "agent.disconnected", "agent.draining", "agent.drain", "agent.status",
+    "workflow.created", "workflow.succeeded", "workflow.failed", "workflow.cancelled",
 )  # fmt: skip
 SEVERITY = {"job.dead": "critical", "job.failed": "warning", "agent.disconnected": "warning"}
 
@@ -79,6 +80,10 @@ def matches(spec: dict[str, Any], event: dict[str, Any]) -> bool:
     if f.get("schedule_id") is not None:
         sid = job.get("schedule_id", data.get("schedule_id", (data.get("schedule") or {}).get("id")))
         if sid != f["schedule_id"]:
+            return False
+    if f.get("workflow_id") is not None:
+        wid = job.get("workflow_id", (data.get("workflow") or {}).get("id"))
+        if wid != f["workflow_id"]:
             return False
     return True
 

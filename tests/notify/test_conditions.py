@@ -150,3 +150,13 @@ def test_a_schedule_that_paused_itself_alerts_and_one_a_person_paused_does_not()
     [a] = on_event(r, s, itself, 1001.0)
     assert a.title == "schedule 4 nightly-export paused itself" and "3 consecutive failed runs" in a.text, a
     assert a.severity == "critical" and a.queue == "payments"
+
+
+def test_a_workflow_filter_takes_its_jobs_events_and_its_own() -> None:
+    r, s = rule(events=("job.dead", "workflow.failed"), workflow_id=9), RuleState()
+    mine, other = ev("job.dead", 1), ev("job.dead", 2)
+    mine["data"]["job"]["workflow_id"], other["data"]["job"]["workflow_id"] = 9, 8
+    assert kinds(on_event(r, s, mine, 1000.0)) == ["alert"] and on_event(r, s, other, 1001.0) == []
+    failed = {"seq": 3, "type": "workflow.failed", "data": {"workflow": {"id": 9, "name": "release"}}}
+    assert kinds(on_event(r, s, failed, 1002.0)) == ["alert"]
+    assert on_event(r, s, {**failed, "seq": 4, "data": {"workflow": {"id": 8}}}, 1003.0) == []

@@ -164,3 +164,7 @@ def test_an_email_channel_and_a_condition_rule_made_on_the_page_mail_an_alert(
     alert_row = log.locator("tr", has_text="web-mail").filter(has_text="alert")
     expect(alert_row).to_contain_text("delivered", timeout=30_000)
     page.screenshot(path=str(web.log.parent / "notifications-email.png"), full_page=True)
+    page.locator("#log-channel").click()  # one channel's log: only its deliveries
+    page.get_by_role("option", name="web-mail").click()
+    expect(log.locator("tbody tr")).to_have_count(2)  # the test and the alert
+    expect(log).not_to_contain_text("web-hook")

@@ -40,6 +40,8 @@ class NotificationsState(AppState):
     rules: list[dict[str, str]] = []
     deliveries: list[dict[str, str]] = []
     note: str = ""
+    log_channel: str = "all"  # the delivery log shows this channel's deliveries (by name), or all
+    channel_names: list[str] = ["all"]
     new_kind: str = "webhook"
     new_name: str = ""
     new_url: str = ""
@@ -73,6 +75,10 @@ class NotificationsState(AppState):
         c = self.client()
         channels = await c.channels()
         names = {ch["id"]: ch["name"] for ch in channels}
+        self.channel_names = ["all", *names.values()]
+        shown = next((i for i, n in names.items() if n == self.log_channel), None)
+        if shown is None:
+            self.log_channel = "all"
         self.channels = [
             {
                 "id": str(ch["id"]), "name": ch["name"], "kind": ch["kind"],
@@ -101,8 +107,13 @@ class NotificationsState(AppState):
                 "title": str(((n.get("payload") or {}).get("data") or {}).get("title") or ""),
                 "last": str(n.get("last_error") or n.get("last_status") or ""),
             }
-            for n in await c.notifications(limit=100)
+            for n in await c.notifications(channel_id=shown, limit=100)
         ]  # fmt: skip
+
+    async def show_log(self, channel: str) -> None:
+        """The delivery log of one channel (by name), or of all."""
+        self.log_channel = channel
+        await self.fetch()
 
     async def live_refresh(self, changes: list[Change] | None) -> None:
         # A delivery's attempts write no event (there may be thousands a second): while one is
@@ -372,7 +383,22 @@ def notifications_page() -> rx.Component:
             _rule_row,
             "rules-table",
         ),
-        rx.heading("Delivery log", size="4", as_="h2"),
+        rx.hstack(
+            rx.heading("Delivery log", size="4", as_="h2"),
+            _labelled(
+                "channel",
+                "log-channel",
+                rx.select(
+                    NotificationsState.channel_names,
+                    id="log-channel",
+                    value=NotificationsState.log_channel,
+                    aria_label="channel",
+                    on_change=NotificationsState.show_log,
+                ),
+            ),
+            align="end",
+            spacing="4",
+        ),
         _table(
             ("#", "When", "Channel", "Kind", "Status", "Tries", "Title", "Last answer", ""),
             NotificationsState.deliveries,
