@@ -104,8 +104,12 @@ class _Channel:
     http: Http1Client = field(default_factory=Http1Client)  # its own keep-alive connections
     proxied_http: httpx.AsyncClient | None = None  # for a URL an environment proxy applies to
 
+    proxy_checked: tuple[str, bool] | None = None  # (url, proxied(url)): the environment is read once per URL
+
     def client(self, url: str) -> Http1Client | httpx.AsyncClient:
-        if not proxied(url):
+        if self.proxy_checked is None or self.proxy_checked[0] != url:
+            self.proxy_checked = (url, proxied(url))  # getproxies() scans os.environ: a third of a send's CPU
+        if not self.proxy_checked[1]:
             return self.http
         if self.proxied_http is None:
             limits = httpx.Limits(max_connections=WORKERS_PER_CHANNEL, max_keepalive_connections=WORKERS_PER_CHANNEL)
