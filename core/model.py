@@ -113,6 +113,11 @@ class Job:
     on_parent_failure: str = "cancel"
     deps_left: int = 0
     dep_failed: int | None = None
+    # unique jobs: the key, when a window-scoped key lets go (None: when the job ends), and whether
+    # the key is still held (the store's unique index covers held keys only)
+    unique_key: str | None = None
+    unique_until: float | None = None
+    unique_held: bool = False
 
 
 def labels_text(labels: dict[str, str]) -> str:
@@ -227,6 +232,14 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "workflow_id": job.workflow_id,
         "ref": job.ref,
         "on_parent_failure": job.on_parent_failure,
+        "unique": None
+        if job.unique_key is None
+        else {
+            "key": job.unique_key,
+            "scope": "active" if job.unique_until is None else "window",
+            "until": iso(job.unique_until),
+            "held": job.unique_held,
+        },
     }
 
 
@@ -543,7 +556,16 @@ def build_job(spec: dict[str, Any], now: float, policy: Policy) -> Job:
         fairness_key=spec.get("fairness_key"),
         ref=spec.get("ref"),
         on_parent_failure=spec.get("on_parent_failure") or "cancel",
+        **_unique_fields(spec.get("unique"), now),
     )
+
+
+def _unique_fields(unique: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    if not unique:
+        return {}
+    seconds = unique.get("seconds")
+    until = now + float(seconds) if unique.get("scope") == "window" and seconds else None
+    return {"unique_key": unique["key"], "unique_until": until, "unique_held": True}
 
 
 def default_name(task: dict[str, Any]) -> str:

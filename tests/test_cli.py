@@ -196,3 +196,18 @@ def test_queues_breaker_sets_a_queues_breaker_numbers_and_breakers_lists_them(jo
     assert "opens at 50% failed of at least 8" in back.stdout and "its jobs wait unsent" in back.stdout, back.stdout
     listed = jobdeck(jobdeck_process, "breakers")
     assert listed.returncode == 0 and "no circuit breakers yet" in listed.stdout, listed
+
+
+def test_submit_unique_answers_with_the_job_holding_the_key(jobdeck_process: ServerProcess) -> None:
+    first = jobdeck(jobdeck_process, "submit", "--delay", "3600", "--unique", "cli-report", "--", "true")
+    assert first.returncode == 0, first.stderr
+    again = jobdeck(jobdeck_process, "submit", "--delay", "3600", "--unique", "cli-report", "--", "true")
+    assert again.returncode == 0, again.stderr
+    first_id = first.stdout.split()[1]
+    assert again.stdout.split()[1] == first_id, (first.stdout, again.stdout)
+    assert "not submitted: this job holds the unique key 'cli-report'" in again.stdout, again.stdout
+    window = jobdeck(jobdeck_process, "--json", "submit", "--delay", "3600", "--unique", "w", "--unique-window", "60",
+                     "--", "true")  # fmt: skip
+    assert window.returncode == 0 and json.loads(window.stdout)["unique"]["scope"] == "window", window.stdout
+    bad = jobdeck(jobdeck_process, "submit", "--unique-window", "60", "--", "true")
+    assert bad.returncode != 0 and "--unique-window needs --unique KEY" in bad.stderr, bad.stderr

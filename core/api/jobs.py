@@ -40,15 +40,24 @@ async def view(job: Job, engine: Engine) -> dict[str, Any]:
     status_code=201,
     summary="Submit a job",
     response_model=JobView,
-    responses={200: {"model": JobView, "description": "its idempotency key was used before: that job"}},
+    responses={
+        200: {
+            "model": JobView,
+            "description": "no new job: the one that had its idempotency key, or holds its unique key "
+            "(deduplicated: true, deduplicated_by names which)",
+        }
+    },
 )
 async def create_job(body: JobCreate, engine: EngineDep, request: Request) -> JSON:
-    """Store a job and return it (200 with the existing job if its idempotency key was used before)."""
+    """Store a job and return it (201), or answer 200 with the job that already had its idempotency
+    key or holds its unique key (`deduplicated: true`, `deduplicated_by`)."""
     await require(request, "jobs.write", [body.queue])
     job, created = (await engine.submit([body.to_spec()], _parent_check(request)))[0]
     out = await view(job, engine)
     if not created:
-        out["deduplicated"] = True  # its idempotency key was used before: this is that job
+        out["deduplicated"] = True
+        same_key = body.idempotency_key is not None and job.idempotency_key == body.idempotency_key
+        out["deduplicated_by"] = "idempotency_key" if same_key else "unique"
     return JSON(out, status_code=201 if created else 200)
 
 

@@ -23,6 +23,15 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class UniqueView(_Out):
+    """A job's unique key: held while its job is waiting or running (active) or until `until` (window)."""
+
+    key: str
+    scope: Literal["active", "window"]
+    until: datetime | None = Field(description="when a window key lets go (scope window)")
+    held: bool = Field(description="false once the job ended (active) or the window passed: a new job may take it")
+
+
 class JobView(_Out):
     """A job as the API shows it."""
 
@@ -58,7 +67,15 @@ class JobView(_Out):
     trace_id: str | None = Field(description="the W3C trace id of its submit: every step of its life is in that trace")
     trace_url: str | None = Field(None, description="the trace in your trace UI (JOBDECK_TRACE_URL_TEMPLATE), "
                                   "on GET /v1/jobs/{job_id}")  # fmt: skip
-    deduplicated: bool = Field(False, description="true when the idempotency key was used before: this is that job")
+    deduplicated: bool = Field(
+        False,
+        description="true when this submit made no job: the answer is the job "
+        "that already had its idempotency key or holds its unique key (status 200)",
+    )
+    deduplicated_by: Literal["idempotency_key", "unique"] | None = Field(
+        None, description="which key matched, when deduplicated"
+    )
+    unique: UniqueView | None = Field(None, description="its unique key, if it was submitted with one")
     workflow_id: int | None = Field(None, description="the workflow it belongs to")
     ref: str | None = Field(None, description="its ref in its workflow")
     on_parent_failure: Literal["cancel", "run", "skip"] = "cancel"

@@ -215,6 +215,30 @@ class JobTemplate(_Strict):
         return self.model_dump(mode="json", exclude_none=True)
 
 
+class Unique(_Strict):
+    """At most one job with this key at a time: while the first is waiting or running (`active`),
+    or for `seconds` from the first's submit (`window`). A second submit answers with the first."""
+
+    key: Text = Field(min_length=1, max_length=200, description="e.g. 'report:team-a': jobs with the same key are one")
+    scope: Literal["active", "window"] = Field(
+        "active", description="active: until the first job ends; window: for `seconds` from its submit"
+    )
+    seconds: float | None = Field(
+        None, gt=0, le=366 * 86_400, description="the window's length (scope window only, required there)"
+    )
+
+    @model_validator(mode="after")
+    def _seconds(self) -> Unique:
+        if self.scope == "window" and self.seconds is None:
+            raise ValueError("scope 'window' needs 'seconds': how long the key is held from the first submit")
+        if self.scope == "active" and self.seconds is not None:
+            raise ValueError("'seconds' is for scope 'window'; scope 'active' holds the key until the job ends")
+        return self
+
+
+UNIQUE_HELP = "at most one job with this key at a time: a duplicate answers 200 with the first, deduplicated: unique"
+
+
 class JobCreate(JobTemplate):
     """A job to submit. `run_at` (ISO 8601) or `delay` (seconds) defers it; otherwise it is due now."""
 
@@ -227,6 +251,7 @@ class JobCreate(JobTemplate):
     run_at: Timestamp | None = None
     delay: float | None = Field(None, ge=0, le=366 * 86_400)
     idempotency_key: Text | None = Field(None, min_length=1, max_length=200)
+    unique: Unique | None = Field(None, description=UNIQUE_HELP)
     depends_on: list[Id] | None = Field(
         None, min_length=1, max_length=MAX_PARENTS,
         description="ids of existing jobs this one waits for: it is blocked until every one succeeded",
@@ -278,6 +303,9 @@ class WorkflowJob(JobTemplate):
         default_factory=list, max_length=MAX_PARENTS, description="refs of jobs of this workflow it waits for"
     )
     on_parent_failure: Literal["cancel", "run", "skip"] = Field("cancel", description=POLICY_HELP)
+    unique: Unique | None = Field(
+        None, description="as on POST /v1/jobs; a key held by another job makes the whole workflow a 409"
+    )
     run_at: Timestamp | None = None
     delay: float | None = Field(None, ge=0, le=366 * 86_400)
 

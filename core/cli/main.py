@@ -166,6 +166,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--delay", type=float, help="run after this many seconds")
     s.add_argument("--idempotency-key", dest="idempotency_key")
     s.add_argument(
+        "--unique",
+        metavar="KEY",
+        help="at most one job with this key waiting or running: a second submit answers with the first",
+    )
+    s.add_argument(
+        "--unique-window",
+        dest="unique_window",
+        type=float,
+        metavar="SECONDS",
+        help="with --unique: hold the key for this many seconds from the submit instead (scope window)",
+    )
+    s.add_argument(
         "--depends-on",
         dest="depends_on",
         type=int,

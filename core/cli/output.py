@@ -64,10 +64,18 @@ def job_line(j: dict[str, Any]) -> str:
     notes = [
         "cancel requested" if j.get("cancel_requested") else "",
         f"waiting: {j['waiting_for']}" if j.get("waiting_for") else "",
-        "an earlier job with this idempotency key" if j.get("deduplicated") else "",
+        _deduplicated(j),
     ]
     extra = "; ".join(n for n in notes if n)
     return f"job {j['id']} {j['name']!r} on queue {j['queue']}: {j['state']}" + (f" ({extra})" if extra else "")
+
+
+def _deduplicated(j: dict[str, Any]) -> str:
+    if not j.get("deduplicated"):
+        return ""
+    if j.get("deduplicated_by") == "unique":
+        return f"not submitted: this job holds the unique key {(j.get('unique') or {}).get('key')!r}"
+    return "an earlier job with this idempotency key"
 
 
 def job_detail(data: dict[str, Any]) -> str:

@@ -77,6 +77,13 @@ def _job_spec(args: argparse.Namespace) -> dict[str, Any]:
     for key in ("queue", "priority", "max_attempts", "timeout", "idempotency_key", "concurrency_key", "fairness_key"):
         if getattr(args, key, None) is not None:
             spec[key] = getattr(args, key)
+    if getattr(args, "unique", None):
+        window = getattr(args, "unique_window", None)
+        spec["unique"] = {"key": args.unique, "scope": "active" if window is None else "window"}
+        if window is not None:
+            spec["unique"]["seconds"] = window
+    elif getattr(args, "unique_window", None) is not None:
+        raise JobDeckError("--unique-window needs --unique KEY: the key the window holds", field="unique")
     if args.tag:
         spec["tags"] = args.tag
     if args.label:

@@ -15,7 +15,7 @@ from core.store.base import JobChanges as BaseJobChanges
 async def insert_jobs(tx: PgTx, jobs: Sequence[Job], id_sequence: str) -> list[Job]:
     """Insert with fresh ids, creating their queues; return the jobs that went in (a unique
     key may refuse some). One job: one statement. A big batch that no unique key can
-    refuse (no idempotency keys, no fire times) goes in by COPY."""
+    refuse (no idempotency or unique keys, no fire times) goes in by COPY."""
     if not jobs:
         return []
     c = tx.conn
@@ -31,7 +31,9 @@ async def insert_jobs(tx: PgTx, jobs: Sequence[Job], id_sequence: str) -> list[J
         for job, row in zip(jobs, ids, strict=True):
             job.id = int(row[0])
         rows = [sql.job_row(j) for j in jobs]
-        if len(jobs) >= sql.COPY_FROM and not any(j.idempotency_key or j.fire_time is not None for j in jobs):
+        if len(jobs) >= sql.COPY_FROM and not any(
+            j.idempotency_key or j.unique_held or j.fire_time is not None for j in jobs
+        ):
             await c.execute(sql.INSERT_QUEUES, sorted({j.queue for j in jobs}), tx.now)
             await c.copy_records_to_table("jobs", records=rows, columns=sql.JOB_COLUMNS)
             tags = [(t, j.id) for j in jobs for t in j.tags]

@@ -59,6 +59,7 @@ def record(job: Job, attempts: list[dict[str, Any]]) -> dict[str, Any]:
 def from_record(rec: dict[str, Any]) -> tuple[Job, list[dict[str, Any]]]:
     """An archive record back as a Job and its attempts (KeyError/TypeError if it is not one)."""
     job = Job(**rec["job"])
+    job.unique_held = False  # a restored job is finished: it never takes its unique key back
     attempts = [{k: a.get(k) for k in ATTEMPT_COLUMNS} for a in rec.get("attempts") or []]
     return job, attempts
 

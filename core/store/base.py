@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import orjson
 
-from core.errors import JobDeckError, NotFound
+from core.errors import Conflict, JobDeckError, NotFound
 from core.flow import SETTINGS
-from core.model import Change, Job, iso, job_summary
+from core.model import FINAL_STATES, Change, Job, iso, job_summary
 from core.schedule import FirePlan, Schedule
 from core.store.audit import AuditFilter, AuditScope
 from core.store.listing import JobOrder
@@ -61,6 +61,8 @@ class JobChanges(Generic[TxT]):
             self.tx.audit.note_before(f"job:{job.id}", job_summary(job))
         for k, v in change.fields.items():
             setattr(job, k, v)
+        if job.unique_held and job.unique_until is None and job.state in FINAL_STATES:
+            job.unique_held = False  # an active key lets go as its job ends (the store's trigger writes it)
         if change.fields:
             values = tuple(self.db_value(k, v) for k, v in change.fields.items())
             self.updates.setdefault(tuple(change.fields), []).append(self._row((job.id,), values))
@@ -101,21 +103,63 @@ def apply_decisions(
     return out
 
 
-def split_by_idempotency(jobs: Sequence[Job], known: dict[str, Job]) -> tuple[list[tuple[Job, bool]], list[Job]]:
-    """(what the submit returns, in order: (job, created); the jobs to insert). A job whose key is
-    `known` (stored already) or used earlier in the same batch returns that job instead."""
+def split_by_idempotency(
+    jobs: Sequence[Job], known: dict[str, Job], held: dict[str, Job] | None = None
+) -> tuple[list[tuple[Job, bool]], list[Job]]:
+    """(what the submit returns, in order: (job, created); the jobs to insert). A job whose
+    idempotency key is `known` (stored already), or whose unique key is `held` by a stored job,
+    or either used earlier in the same batch, returns that job instead."""
     out: list[tuple[Job, bool]] = []
     new: list[Job] = []
+    held = {} if held is None else held
     for j in jobs:
         key = j.idempotency_key
         if key is not None and key in known:
             out.append((known[key], False))
             continue
+        if j.unique_held and j.unique_key in held:
+            out.append((held[j.unique_key], False))
+            continue
         if key is not None:
             known[key] = j
+        if j.unique_held and j.unique_key is not None:
+            held[j.unique_key] = j
         new.append(j)
         out.append((j, True))
     return out, new
+
+
+def unique_keys(jobs: Sequence[Job]) -> list[str]:
+    """The unique keys new jobs want to hold, each once."""
+    return sorted({j.unique_key for j in jobs if j.unique_held and j.unique_key is not None})
+
+
+def refuse_held_keys(jobs: Sequence[Job], held: dict[str, Job]) -> None:
+    """Raise Conflict, naming the job, if a unique key is held already or twice in `jobs` (a
+    workflow is all or nothing: it cannot answer with somebody else's job for one of its own)."""
+    mine: dict[str, Job] = {}
+    for i, j in enumerate(jobs):
+        if not j.unique_held or j.unique_key is None:
+            continue
+        holder = held.get(j.unique_key)
+        if holder is not None:
+            raise Conflict(
+                f"job {j.ref or j.name!r}: unique key {j.unique_key!r} is held by job {holder.id} ({holder.state}); "
+                "drop the key, or submit when that job ended",
+                field=f"jobs[{i}].unique", job_id=holder.id, state=holder.state,
+            )  # fmt: skip
+        if j.unique_key in mine:
+            raise Conflict(
+                f"jobs {mine[j.unique_key].ref!r} and {j.ref!r} have the same unique key {j.unique_key!r}: "
+                "only one job holds a key at a time",
+                field=f"jobs[{i}].unique",
+            )
+        mine[j.unique_key] = j
+
+
+class UniqueRace(Exception):
+    """A unique or idempotency key was taken by another node between our read and our insert, and
+    its holder let go before we could read it: the submit runs again (see the stores' submit_jobs)."""
 
 
 #: The queues columns a store reads for a queue's settings, in this order (core.flow.SETTINGS).

@@ -47,11 +47,14 @@ from core.store.base import (
     Event,
     EventFilter,
     JobFilter,
+    UniqueRace,
     apply_decisions,
     queue_db_value,
     queue_event,
     queue_settings_view,
+    refuse_held_keys,
     split_by_idempotency,
+    unique_keys,
 )
 from core.store.breakers import PostgresBreakers
 from core.store.deps import refuse_known_keys, settle
@@ -293,19 +296,41 @@ class PostgresStore(
 
         async def op(tx: PgTx) -> list[tuple[Job, bool]]:
             known = await by_keys(tx, [j.idempotency_key for j in jobs if j.idempotency_key])
-            out, new = split_by_idempotency(jobs, known)
+            out, new = split_by_idempotency(jobs, known, await _unique_holders(tx, unique_keys(jobs)))
             new_deps = None if deps is None else [deps[i] for i, (_, c) in enumerate(out) if c]
             made = {id(j) for j in await self._insert_with_deps(tx, new, new_deps, check)}
             lost = [j for j in new if id(j) not in made]
-            if lost:  # another node committed the same key since we looked
+            if lost:  # another node committed the same key since we looked: answer with its job
                 theirs = await by_keys(tx, [j.idempotency_key for j in lost if j.idempotency_key])
-                if len(theirs) != len(lost):
-                    raise RuntimeError("a job was refused by a unique key other than its idempotency key")
-                out = [(theirs[j.idempotency_key], False) if id(j) not in made and j.idempotency_key else (j, c)
-                       for j, c in out]  # fmt: skip
+                held = await _unique_holders(tx, unique_keys(lost))
+                winner = {id(j): theirs.get(j.idempotency_key or "") or held.get(j.unique_key or "") for j in lost}
+                if not all(winner.values()):
+                    raise UniqueRace  # ... which let go of its key already: undone, submitted again
+                out = [(w, False) if (w := winner.get(id(j))) is not None else (j, c) for j, c in out]
             return out
 
-        return await self._write(op)
+        return await _again_after_a_race(lambda: self._write(op), jobs)
+
+    async def submit_workflow(self, name: str, jobs: Sequence[Job], deps: Sequence[Deps | None]) -> Workflow:
+        """A workflow and its jobs (with their dependencies), all in one transaction; a unique key
+        that another job holds is a Conflict naming the job."""
+
+        keys = sorted(j.idempotency_key for j in jobs if j.idempotency_key)
+
+        async def op(tx: PgTx) -> Workflow:
+            if keys:  # the lock (to commit) makes a second submit with these keys wait, then see the first's jobs
+                await tx.conn.execute(deps_sql.LOCK_KEYS, keys)
+                known = await tx.conn.fetchrow(deps_sql.KNOWN_KEY, keys)
+                refuse_known_keys(None if known is None else tuple(known))
+            refuse_held_keys(jobs, await _unique_holders(tx, unique_keys(jobs)))
+            wf = await deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
+            for j in jobs:
+                j.workflow_id = wf.id
+            if len(await self._insert_with_deps(tx, jobs, deps, None)) < len(jobs):
+                raise UniqueRace  # a key was taken since we looked: undone, and the next look names it
+            return wf
+
+        return await _again_after_a_race(lambda: self._write(op), jobs)
 
     async def _insert_with_deps(self, tx: PgTx, new: Sequence[Job], deps: Sequence[Deps | None] | None,
                                 check: Callable[[Job], None] | None) -> list[Job]:  # fmt: skip
@@ -322,24 +347,6 @@ class PostgresStore(
         if edges:
             await deps_sql.insert_edges(tx, edges)
         return made
-
-    async def submit_workflow(self, name: str, jobs: Sequence[Job], deps: Sequence[Deps | None]) -> Workflow:
-        """A workflow and its jobs (with their dependencies), all in one transaction."""
-
-        keys = sorted(j.idempotency_key for j in jobs if j.idempotency_key)
-
-        async def op(tx: PgTx) -> Workflow:
-            if keys:  # the lock (to commit) makes a second submit with these keys wait, then see the first's jobs
-                await tx.conn.execute(deps_sql.LOCK_KEYS, keys)
-                known = await tx.conn.fetchrow(deps_sql.KNOWN_KEY, keys)
-                refuse_known_keys(None if known is None else tuple(known))
-            wf = await deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
-            for j in jobs:
-                j.workflow_id = wf.id
-            await self._insert_with_deps(tx, jobs, deps, None)
-            return wf
-
-        return await self._write(op)
 
     async def get_workflow(self, workflow_id: int) -> tuple[Workflow, dict[str, int]]:
         """A workflow and its jobs counted by state, or NotFound."""
@@ -930,3 +937,25 @@ class PostgresStore(
     async def stats(self, now: float) -> dict[str, Any]:
         """Job counts by state and by queue, and finished jobs per second over the last minute."""
         return await self._read(lambda c: reads.stats(c, now))
+
+
+async def _unique_holders(tx: PgTx, keys: list[str]) -> dict[str, Job]:
+    """The jobs holding these unique keys, after letting go of the keys whose window passed."""
+    if not keys:
+        return {}
+    await tx.conn.execute("UPDATE jobs SET unique_held = false WHERE unique_key = ANY($1::text[]) AND unique_held "
+                          "AND unique_until <= $2", keys, tx.now)  # fmt: skip
+    rows = await tx.conn.fetch(f"{sql.SELECT_JOB} WHERE unique_key = ANY($1::text[]) AND unique_held", keys)
+    return {j.unique_key: j for j in sql.to_jobs(rows) if j.unique_key is not None}
+
+
+async def _again_after_a_race(write: Callable[[], Awaitable[T]], jobs: Sequence[Job]) -> T:
+    """Run a submit's write again when it lost a key to another node whose job let go of it at once
+    (UniqueRace); the next read sees how things are."""
+    for _ in range(3):
+        try:
+            return await write()
+        except UniqueRace:
+            for j in jobs:
+                j.id, j.workflow_id = 0, None
+    raise Unavailable("the submit lost its unique key to other nodes three times in a row: try again")

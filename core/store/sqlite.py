@@ -58,8 +58,10 @@ from core.store.base import (
     queue_event,
     queue_settings_view,
     queue_view,
+    refuse_held_keys,
     split_by_idempotency,
     stats_view,
+    unique_keys,
 )
 from core.store.breakers import SQLiteBreakers
 from core.store.deps import refuse_known_keys, run_sync, settle
@@ -103,7 +105,7 @@ JOB_COLUMNS = (
     "max_attempts", "backoff_base", "backoff_cap", "timeout", "task", "tags", "idempotency_key", "schedule_id",
     "fire_time", "agent", "lease_expires_at", "cancel_requested", "paused_from", "last_error", "started_at",
     "finished_at", "result", "spec_max_attempts", "labels", "traceparent", "concurrency_key", "fairness_key",
-    "workflow_id", "ref", "on_parent_failure", "deps_left", "dep_failed",
+    "workflow_id", "ref", "on_parent_failure", "deps_left", "dep_failed", "unique_key", "unique_until", "unique_held",
 )  # fmt: skip
 _SELECT_JOB = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
 _INSERT_JOB = f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
@@ -295,6 +297,7 @@ def _job(row: Sequence[Any]) -> Job:
     r[21] = bool(r[21])
     r[26] = _loads(r[26])
     r[28] = labels_from_text(r[28])
+    r[39] = bool(r[39])  # unique_held
     return Job(*r)
 
 
@@ -308,6 +311,18 @@ def _db_value(name: str, value: Any) -> Any:
     return value
 
 
+def _unique_holders(tx: Tx, keys: Sequence[str]) -> dict[str, Job]:
+    """The jobs holding these unique keys, after letting go of the keys whose window passed."""
+    held: dict[str, Job] = {}
+    for chunk in _chunks(keys):
+        marks = ", ".join("?" * len(chunk))
+        tx.conn.execute(f"UPDATE jobs SET unique_held = 0 WHERE unique_key IN ({marks}) AND unique_held = 1 "
+                        "AND unique_until <= ?", (*chunk, tx.now))  # fmt: skip
+        q = f"{_SELECT_JOB} WHERE unique_key IN ({marks}) AND unique_held = 1"
+        held.update({j.unique_key: j for j in map(_job, tx.conn.execute(q, tuple(chunk))) if j.unique_key})
+    return held
+
+
 def _job_row(j: Job) -> tuple[Any, ...]:
     """A job as an INSERT row, in JOB_COLUMNS order (spelled out: this is on the bulk-submit hot path)."""
     dumps = orjson.dumps
@@ -318,7 +333,8 @@ def _job_row(j: Job) -> tuple[Any, ...]:
         j.paused_from, j.last_error, j.started_at, j.finished_at,
         None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts, labels_text(j.labels),
         j.traceparent, j.concurrency_key, j.fairness_key,
-        j.workflow_id, j.ref, j.on_parent_failure, j.deps_left, j.dep_failed,
+        j.workflow_id, j.ref, j.on_parent_failure, j.deps_left, j.dep_failed, j.unique_key, j.unique_until,
+        int(j.unique_held),
     )  # fmt: skip
 
 
@@ -608,7 +624,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             for chunk in _chunks(keys):
                 q = f"{_SELECT_JOB} WHERE idempotency_key IN ({', '.join('?' * len(chunk))})"
                 known.update({row[16]: _job(row) for row in tx.conn.execute(q, tuple(chunk))})
-            out, new = split_by_idempotency(jobs, known)
+            out, new = split_by_idempotency(jobs, known, _unique_holders(tx, unique_keys(jobs)))
             self._insert_with_deps(tx, new, None if deps is None else [deps[i] for i, (_, c) in enumerate(out) if c],
                                    check)  # fmt: skip
             return out
@@ -626,7 +642,8 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         deps_sql.insert_edges(tx, edges_of(new, deps))
 
     async def submit_workflow(self, name: str, jobs: Sequence[Job], deps: Sequence[Deps | None]) -> Workflow:
-        """A workflow and its jobs (with their dependencies), all in one transaction."""
+        """A workflow and its jobs (with their dependencies), all in one transaction; a unique key
+        that another job holds is a Conflict naming the job."""
 
         keys = [j.idempotency_key for j in jobs if j.idempotency_key]
 
@@ -634,6 +651,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             if keys:  # one writer: nothing can insert a key between this look-up and the insert
                 q = f"SELECT id, idempotency_key FROM jobs WHERE idempotency_key IN ({', '.join('?' * len(keys))})"
                 refuse_known_keys(tx.conn.execute(q, keys).fetchone())
+            refuse_held_keys(jobs, _unique_holders(tx, unique_keys(jobs)))
             wf = deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
             for j in jobs:
                 j.workflow_id = wf.id

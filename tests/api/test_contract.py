@@ -344,6 +344,37 @@ async def test_an_idempotency_key_returns_the_first_job(http: httpx.AsyncClient)
     assert await job_count(http) == 1
 
 
+async def test_a_unique_key_answers_with_the_job_holding_it_and_bad_ones_name_the_field(
+    http: httpx.AsyncClient,
+) -> None:
+    spec = {**LATER, "unique": {"key": "report:team-a"}}
+    first = await http.post("/v1/jobs", json={**spec, "name": "first"})
+    second = await http.post("/v1/jobs", json={**spec, "name": "second"})
+    assert (first.status_code, second.status_code) == (201, 200), second.text
+    got = second.json()
+    assert (got["id"], got["name"], got["deduplicated"], got["deduplicated_by"]) == (
+        first.json()["id"], "first", True, "unique"), got  # fmt: skip
+    assert got["unique"] == {"key": "report:team-a", "scope": "active", "until": None, "held": True}, got
+    await http.post(f"/v1/jobs/{first.json()['id']}/cancel")
+    third = await http.post("/v1/jobs", json={**spec, "name": "third"})
+    assert third.status_code == 201 and third.json()["id"] != first.json()["id"], third.text
+    assert (await http.get(f"/v1/jobs/{first.json()['id']}")).json()["unique"]["held"] is False
+
+    window = await http.post("/v1/jobs", json={**LATER, "unique": {"key": "w", "scope": "window", "seconds": 3600}})
+    assert window.status_code == 201 and window.json()["unique"]["scope"] == "window", window.text
+    assert window.json()["unique"]["until"] is not None
+    for bad, field in (({"key": "x", "scope": "window"}, "unique"), ({"key": "x", "seconds": 5}, "unique"),
+                       ({"key": ""}, "unique.key"), ({"key": "x", "scope": "forever"}, "unique.scope")):  # fmt: skip
+        body = error_body(await http.post("/v1/jobs", json={**LATER, "unique": bad}), 422, "invalid")
+        assert body["field"] == field, (bad, body)
+    assert (
+        "seconds"
+        in error_body(
+            await http.post("/v1/jobs", json={**LATER, "unique": {"key": "x", "scope": "window"}}), 422, "invalid"
+        )["message"]
+    )
+
+
 # ---------------------------------------------------------------- listing
 
 

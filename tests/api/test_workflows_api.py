@@ -161,3 +161,17 @@ async def test_parents_results_over_the_limit_fail_the_child_saying_why(running:
     got = await running.client.get_job(out["ids"]["child"])
     assert got["state"] == "dead" and got["attempt"] == 1, got
     assert "over the limit of 1,048,576" in got["last_error"] and wf["state"] == "failed", got["last_error"]
+
+
+async def test_a_workflow_job_whose_unique_key_is_held_is_a_409_naming_it_and_nothing_is_written(
+    running: RunningNode,
+) -> None:
+    holder = await running.client.submit({"task": {"kind": "shell", "command": "true"}, "delay": 3600,
+                                          "unique": {"key": "nightly-extract"}})  # fmt: skip
+    before = len((await running.client.workflows())["workflows"])
+    with pytest.raises(Conflict) as err:
+        await running.client.submit_workflow(
+            "nightly", [sh("a"), sh("b", "true", "a", unique={"key": "nightly-extract"})]
+        )
+    assert err.value.field == "jobs[1].unique" and f"held by job {holder['id']}" in err.value.message, err.value
+    assert len((await running.client.workflows())["workflows"]) == before, "a refused workflow writes nothing"
