@@ -219,6 +219,16 @@ class Unique(_Strict):
     """At most one job with this key at a time: while the first is waiting or running (`active`),
     or for `seconds` from the first's submit (`window`). A second submit answers with the first."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"scope": {"const": "window"}, "seconds": {"type": "number"}},
+                 "required": ["scope", "seconds"]},
+                {"properties": {"scope": {"const": "active"}, "seconds": {"type": "null"}}},
+            ]
+        }
+    )  # fmt: skip
+
     key: Text = Field(min_length=1, max_length=200, description="e.g. 'report:team-a': jobs with the same key are one")
     scope: Literal["active", "window"] = Field(
         "active", description="active: until the first job ends; window: for `seconds` from its submit"
