@@ -54,7 +54,7 @@ from core.schedule.backfill import backfill_times
 from core.store.base import ClaimRequest, Decide, Event, EventFilter, Store
 from core.store.pickup import KEEP_SECONDS as PICKUP_KEEP_SECONDS
 from core.store.schedule_runs import BackfillResult, Firing
-from core.workflow import Deps, Workflow, parent_results_input, validate_workflow
+from core.workflow import Deps, Workflow, parent_results_input, run_end_spec, validate_workflow
 
 log = logging.getLogger("jobdeck.engine")
 
@@ -409,6 +409,9 @@ class Engine:
                                 dry_run: bool) -> tuple[list[float], BackfillResult]:  # fmt: skip
         """Make the runs of every fire time in [start, end] (past) that has none (see core/schedule/backfill.py)."""
         s = await self.store.get_schedule(schedule_id)
+        if "workflow" in s.job and overlap not in ("skip", "allow"):
+            raise Conflict(f"schedule {schedule_id} fires a workflow: backfill it with overlap 'skip' or 'allow', "
+                           f"not {overlap!r} (a workflow run is not buffered)", field="overlap")  # fmt: skip
         now = self.clock()
         times = backfill_times(s, start, end, now)
         with self.tracing.submit(len(times)) as traceparent:  # one trace for the backfill's jobs
@@ -418,12 +421,16 @@ class Engine:
 
     def _job_maker(self, s: Schedule, now: float, traceparent: str | None = None) -> Callable[[float | None], Job]:
         """The one place a schedule's run is made from its template (every firing, manual run and
-        backfill goes through here): what a fire time turns into."""
+        backfill goes through here): what a fire time turns into. For a workflow schedule, its run's
+        end job (the store makes the workflow around it in the firing transaction: core.workflow.workflow_run)."""
         jitter = s.policy.jitter
 
         def make(fire_time: float | None) -> Job:
             run_at = None if fire_time is None else fire_time + jitter_offset(s.id, fire_time, jitter)
-            job = build_job(dict(s.job, run_at=run_at, delay=None), now, self.policy)
+            if "workflow" in s.job:
+                job = build_job(run_end_spec(s.name, s.job, run_at), now, self.policy)
+            else:
+                job = build_job(dict(s.job, run_at=run_at, delay=None), now, self.policy)
             job.traceparent = traceparent
             return job
 

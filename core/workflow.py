@@ -302,3 +302,36 @@ def check_workflow_action(wf: Workflow, action: str) -> None:
         raise Conflict(f"cannot resume workflow {wf.id}: it is not paused", state="running")
     if wf.cancel_requested:
         raise Conflict(f"cannot {action} workflow {wf.id}: it is being cancelled", state="cancelling")
+
+
+# ---------------------------------------------------------------- a schedule that fires a workflow
+
+#: The ref of a scheduled workflow run's end job (a ref no user can give: REF_PATTERN starts otherwise).
+RUN_END_REF = ":run"
+RUN_END_TASK = {"kind": "python", "function": "agents.builtin:noop"}
+
+
+def run_end_spec(schedule_name: str, template: Mapping[str, Any], run_at: float | None) -> dict[str, Any]:
+    """The job a workflow schedule's fire time makes: its run's *end job*. It waits on every job of the
+    workflow and runs (a no-op) once all have ended, whatever their outcome, so the run counts as going
+    for the overlap policy exactly while its workflow does. `run_at` (the fire time plus jitter) is
+    when the workflow's first jobs may start."""
+    return {"name": f"{schedule_name}: end of run", "queue": template.get("queue") or "default",
+            "task": dict(RUN_END_TASK), "max_attempts": 1, "on_parent_failure": "run", "run_at": run_at}  # fmt: skip
+
+
+def workflow_run(template: Mapping[str, Any], end: Job, now: float, policy: Policy) -> tuple[str, list[Job], list[Deps | None]]:  # fmt: skip
+    """The workflow a fire time submits around its end job `end` (the schedule's template, checked when
+    it was saved): (its name, its jobs with `end` last, each job's parents as indices)."""
+    from core.model import build_job
+
+    wf = template["workflow"]
+    specs = [dict(spec) for spec in wf["jobs"]]
+    for spec in specs:
+        if not spec.get("depends_on") and end.run_at > now and spec.get("run_at") is None:
+            spec["run_at"] = end.run_at  # the jitter: the first jobs start at the run's time
+    parents = validate_workflow(specs)
+    jobs = [build_job(spec, now, policy) for spec in specs]
+    end.ref = RUN_END_REF
+    deps: list[Deps | None] = [Deps(index=p) if p else None for p in parents]
+    return str(wf["name"]), [*jobs, end], [*deps, Deps(index=list(range(len(jobs))))]

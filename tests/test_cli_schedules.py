@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from tests.conftest import ServerProcess
 from tests.test_cli import jobdeck
@@ -45,3 +46,19 @@ def test_run_now_queues_a_delayed_job(jobdeck_process: ServerProcess) -> None:
     assert out.returncode == 0 and str(job["id"]) in out.stdout, out
     again = jobdeck(jobdeck_process, "jobs", "run-now", str(job["id"]))
     assert again.returncode == 1 and "cannot run job" in again.stderr, again.stderr
+
+
+def test_schedules_create_workflow_fires_a_dag_and_show_names_it(jobdeck_process: ServerProcess, tmp_path: Any) -> None:
+    flow = tmp_path / "etl.json"
+    flow.write_text(json.dumps({"name": "etl", "jobs": [
+        {"ref": "extract", "task": {"kind": "shell", "command": "true"}},
+        {"ref": "load", "depends_on": ["extract"], "task": {"kind": "shell", "command": "true"}},
+    ]}))  # fmt: skip
+    made = jobdeck(jobdeck_process, "--json", "schedules", "create", "--name", "nightly", "--cron", "0 2 * * *",
+                   "--workflow", str(flow))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    sid = str(json.loads(made.stdout)["id"])
+    shown = jobdeck(jobdeck_process, "schedules", "show", sid)
+    assert "workflow      'etl': 2 jobs (extract, load)" in shown.stdout, shown.stdout
+    refused = jobdeck(jobdeck_process, "schedules", "set", sid, "--overlap", "buffer_one")
+    assert refused.returncode != 0 and "fires a workflow" in refused.stderr, refused.stderr

@@ -272,6 +272,13 @@ class BreakerList(_Out):
     breakers: list[BreakerView]
 
 
+class ScheduleWorkflowView(_Out):
+    """The workflow a schedule fires: its name and its jobs (POST /v1/workflows's jobs)."""
+
+    name: str
+    jobs: list[dict[str, Any]]
+
+
 class ScheduleView(_Out):
     """A schedule as the API shows it."""
 
@@ -282,7 +289,10 @@ class ScheduleView(_Out):
     interval: float | None
     at: datetime | None
     timezone: str
-    job: JobTemplate
+    job: JobTemplate | None = Field(description="the job each fire time makes (null: it fires a workflow)")
+    workflow: ScheduleWorkflowView | None = Field(
+        None, description="the workflow each fire time submits: name and jobs (null: it makes a job)"
+    )
     paused: bool
     paused_reason: str | None = Field(
         description="why the schedule paused itself (null: it runs, or a person paused it)"

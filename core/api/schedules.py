@@ -21,9 +21,17 @@ from core.api.responses import (
     ScheduleView,
     TimingPreviewResult,
 )
-from core.api.schemas import Backfill, ScheduleCreate, ScheduleFields, ScheduleUpdate, TimingPreview, _epoch
+from core.api.schemas import (
+    Backfill,
+    ScheduleCreate,
+    ScheduleFields,
+    ScheduleUpdate,
+    TimingPreview,
+    _epoch,
+    check_workflow_policies,
+)
 from core.engine import Engine
-from core.errors import Conflict, InvalidSchedule
+from core.errors import Conflict, InvalidInput, InvalidSchedule
 from core.model import iso, job_to_dict
 from core.schedule import (
     ACTIVE_STATES,
@@ -87,13 +95,15 @@ def _check_will_fire(s: Schedule, now: float) -> None:
 
 @router.post("/schedules", status_code=201, summary="Create a schedule", response_model=ScheduleView)
 async def create_schedule(body: ScheduleCreate, engine: EngineDep, request: Request) -> JSON:
-    await require(request, "schedules.write", [body.job.queue])
+    await require(request, "schedules.write", body.queues())
     now = engine.clock()
-    s = Schedule(0, body.name, "once", None, None, None, body.timezone or "UTC", now, body.job.to_spec(),
+    s = Schedule(0, body.name, "once", None, None, None, body.timezone or "UTC", now, body.template(),
                  body.paused, None, None, now, now)  # fmt: skip
     _apply_timing(s, body, now)
     s.policy = s.policy.replace(**body.policy_changes())
     _check_policies(s, now)
+    if body.workflow is not None:
+        check_workflow_policies(s.policy.overlap, s.policy.pause_after_failures)
     return JSON(schedule_to_dict(await engine.create_schedule(s)), status_code=201)
 
 
@@ -129,6 +139,8 @@ async def update_schedule(schedule_id: ScheduleIdPath, body: ScheduleUpdate, eng
                           request: Request) -> JSON:  # fmt: skip
     if body.job is not None:  # moving it to another queue needs that queue too
         await require(request, "schedules.write", [body.job.queue])
+    if body.workflow is not None:
+        await require(request, "schedules.write", body.workflow.queues())
     s = await engine.store.get_schedule(schedule_id)
     before = copy.deepcopy(s)
     was_paused = s.paused
@@ -137,8 +149,18 @@ async def update_schedule(schedule_id: ScheduleIdPath, body: ScheduleUpdate, eng
         s.name = body.name
     if body.job is not None:
         s.job = body.job.to_spec()
+    if body.workflow is not None:
+        s.job = body.workflow.template()
     s.policy = s.policy.replace(**body.policy_changes())
     _check_policies(s, engine.clock())
+    if "workflow" in s.job:
+        try:
+            check_workflow_policies(s.policy.overlap, s.policy.pause_after_failures)
+        except InvalidInput as exc:
+            if body.workflow is not None:
+                raise
+            # the body alone is fine: it is this schedule that fires a workflow
+            raise Conflict(f"schedule {schedule_id} fires a workflow: {exc.message}", field=exc.field) from None
     if body.paused is not None:
         s.paused = body.paused
     if was_paused and not s.paused:

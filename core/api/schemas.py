@@ -540,13 +540,74 @@ class SchedulePolicies(Exclusions):
         return {k: getattr(self, k) for k in POLICY_FIELDS if getattr(self, k) is not None}
 
 
-class ScheduleCreate(ScheduleFields, SchedulePolicies):
-    """A recurring (cron, interval) or one-time (at, delay) schedule that makes jobs from `job`."""
+#: The overlap policies a workflow schedule takes: a workflow run is not held back (buffered) or
+#: cancelled as a whole yet (docs/workflows.md, "A schedule that fires a workflow").
+WORKFLOW_OVERLAPS = ("skip", "allow")
+_NOT_FOR_WORKFLOWS: dict[str, Any] = {
+    "not": {"anyOf": [
+        {"required": ["workflow", "overlap"], "properties": {
+            "workflow": {"type": "object"}, "overlap": {"enum": ["buffer_one", "buffer_all", "cancel_previous"]}}},
+        {"required": ["workflow", "pause_after_failures"], "properties": {
+            "workflow": {"type": "object"}, "pause_after_failures": {"type": "integer", "minimum": 1}}},
+    ]}
+}  # fmt: skip
 
-    model_config = ConfigDict(json_schema_extra=_exactly_one(*_TIMINGS))
+
+class ScheduleWorkflow(WorkflowCreate):
+    """The workflow each fire time submits: its jobs (with refs and depends_on), all or nothing."""
+
+    def template(self) -> dict[str, Any]:
+        """As the schedule keeps it (its DAG checked now, so a fire cannot fail on a cycle or a bad ref)."""
+        from core.errors import InvalidInput
+        from core.workflow import validate_workflow
+
+        specs = self.specs()
+        validate_workflow(specs)
+        for i, spec in enumerate(specs):
+            if spec.get("unique"):
+                raise InvalidInput(f"workflow.jobs[{i}].unique: a scheduled workflow's jobs take no unique key: the "
+                                   "schedule's overlap policy decides whether a run starts beside an earlier one",
+                                   field=f"workflow.jobs[{i}].unique")  # fmt: skip
+        return {"workflow": {"name": self.name, "jobs": specs}, "queue": specs[0].get("queue") or "default"}
+
+    def queues(self) -> list[str]:
+        return sorted({j.queue for j in self.jobs})
+
+
+def check_workflow_policies(overlap: str, pause_after_failures: int, field_prefix: str = "") -> None:
+    """A workflow schedule takes overlap skip or allow and no pause_after_failures (InvalidInput)."""
+    from core.errors import InvalidInput
+
+    if overlap not in WORKFLOW_OVERLAPS:
+        raise InvalidInput(
+            f"{field_prefix}overlap: a schedule that fires a workflow takes 'skip' or 'allow', not {overlap!r} "
+            "(a workflow run is not buffered or cancelled as a whole)",
+            field="overlap",
+        )
+    if pause_after_failures:
+        raise InvalidInput(
+            f"{field_prefix}pause_after_failures: a schedule that fires a workflow does not count failed runs; "
+            "leave it 0",
+            field="pause_after_failures",
+        )
+
+
+class ScheduleCreate(ScheduleFields, SchedulePolicies):
+    """A recurring (cron, interval) or one-time (at, delay) schedule that makes a job from `job` or a
+    workflow from `workflow` at each fire time."""
+
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        _exactly_one(*_TIMINGS),
+        {"oneOf": [{"required": ["job"], "properties": {"job": {"type": "object"}, "workflow": {"type": "null"}}},
+                   {"required": ["workflow"], "properties": {"workflow": {"type": "object"}, "job": {"type": "null"}}}]},
+        _NOT_FOR_WORKFLOWS,
+    ]})  # fmt: skip
 
     name: Text = Field(min_length=1, max_length=200)
-    job: JobTemplate
+    job: JobTemplate | None = Field(None, description="the job each fire time makes (or give `workflow`)")
+    workflow: ScheduleWorkflow | None = Field(
+        None, description="the workflow each fire time submits, all or nothing (or give `job`); overlap skip or allow"
+    )
     paused: bool = False
 
     @model_validator(mode="after")
@@ -557,7 +618,16 @@ class ScheduleCreate(ScheduleFields, SchedulePolicies):
                 "give exactly one of 'cron', 'interval', 'at' or 'delay'"
                 + (f" (got {', '.join(given)})" if given else "")
             )
+        if (self.job is None) == (self.workflow is None):
+            raise ValueError("give the `job` or the `workflow` each fire time makes (one of them)")
         return self
+
+    def template(self) -> dict[str, Any]:
+        """The schedule's template as stored: a job spec, or {"workflow": {name, jobs}, "queue"}."""
+        return self.workflow.template() if self.workflow is not None else self.job.to_spec()  # type: ignore[union-attr]
+
+    def queues(self) -> list[str]:
+        return self.workflow.queues() if self.workflow is not None else [self.job.queue]  # type: ignore[union-attr]
 
 
 def _at_most_one(fields: tuple[tuple[str, dict[str, Any]], ...]) -> Any:
@@ -572,12 +642,24 @@ def _at_most_one(fields: tuple[tuple[str, dict[str, Any]], ...]) -> Any:
 class ScheduleUpdate(ScheduleFields, SchedulePolicies):
     """Fields to change; a timing field (at most one) replaces the old timing."""
 
-    model_config = ConfigDict(json_schema_extra=_at_most_one(_TIMINGS))
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        _at_most_one(_TIMINGS),
+        {"not": {"required": ["job", "workflow"],
+                 "properties": {"job": {"type": "object"}, "workflow": {"type": "object"}}}},
+        _NOT_FOR_WORKFLOWS,
+    ]})  # fmt: skip
 
     name: Text | None = Field(None, min_length=1, max_length=200)
     job: JobTemplate | None = None
+    workflow: ScheduleWorkflow | None = Field(None, description="replaces the template with a workflow")
     timezone: TimeZone | None = None  # type: ignore[assignment]
     paused: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_template(self) -> ScheduleUpdate:
+        if self.job is not None and self.workflow is not None:
+            raise ValueError("give a new `job` or a new `workflow`, not both")
+        return self
 
 
 class TimingPreview(ScheduleFields, Exclusions):

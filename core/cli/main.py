@@ -292,6 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--delay", type=float, help="once, after N seconds")
     s.add_argument("--tz", default="UTC", help="IANA time zone of the cron expression")
     s.add_argument("--paused", action="store_true")
+    s.add_argument(
+        "--workflow",
+        metavar="FILE",
+        help="fire this workflow (a JSON file: the body of POST /v1/workflows) instead of one job",
+    )
     add_policy_flags(s)
     add_job_flags(s, name_flag="--job-name")
     s.set_defaults(idempotency_key=None)

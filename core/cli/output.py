@@ -152,7 +152,12 @@ def schedule_detail(s: dict[str, Any]) -> str:
         excluded = [*s.get("exclude_dates", []), *([f"cron {s['exclude_cron']!r}"] if s.get("exclude_cron") else [])]
         if excluded:
             lines.append(f"  {'excluded':<13} {', '.join(excluded)}")
-    lines.append(f"  {'job':<13} {orjson.dumps(s['job']).decode()}")
+    if s.get("workflow"):
+        wf = s["workflow"]
+        lines.append(f"  {'workflow':<13} {wf['name']!r}: {len(wf['jobs'])} jobs ({', '.join(j['ref'] for j in wf['jobs'][:8])}"
+                     f"{' ...' if len(wf['jobs']) > 8 else ''})")  # fmt: skip
+    else:
+        lines.append(f"  {'job':<13} {orjson.dumps(s['job']).decode()}")
     return "\n".join(lines)
 
 

@@ -426,8 +426,15 @@ async def cmd_schedules(c: JobDeckClient, args: argparse.Namespace) -> int:
     if action == "ls":
         show(args, await c.schedules(), lambda ss: table([schedule_row(x) for x in ss], SCHEDULE_COLUMNS))
     elif action == "create":
-        spec: dict[str, Any] = {"name": args.name, "job": _job_spec(args), "timezone": args.tz, "paused": args.paused}
-        spec["job"].pop("idempotency_key", None)
+        spec: dict[str, Any] = {"name": args.name, "timezone": args.tz, "paused": args.paused}
+        if args.workflow:
+            from core.cli.workflows import load_workflow_file
+
+            data = load_workflow_file(args.workflow)
+            spec["workflow"] = {"name": str(data.get("name") or args.name), "jobs": data.get("jobs")}
+        else:
+            spec["job"] = _job_spec(args)
+            spec["job"].pop("idempotency_key", None)
         for k in ("cron", "interval", "at", "delay"):
             if getattr(args, k) is not None:
                 spec[k] = getattr(args, k)

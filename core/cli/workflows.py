@@ -34,7 +34,7 @@ def tree(wf: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _load(path: str) -> dict[str, Any]:
+def load_workflow_file(path: str) -> dict[str, Any]:
     try:
         data = orjson.loads(Path(path).read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
@@ -52,7 +52,7 @@ async def cmd_workflows(c: JobDeckClient, args: argparse.Namespace) -> int:
         rows = [{**w, "progress": progress(w["counts"])} for w in page["workflows"]]
         show(args, page, lambda _: table(rows, COLUMNS))
     elif action == "submit":
-        data = _load(args.file)
+        data = load_workflow_file(args.file)
         out = await c.submit_workflow(str(data.get("name") or args.name or Path(args.file).stem), data["jobs"])
         wf = out["workflow"]
         show(args, out, lambda _: f"workflow {wf['id']} {wf['name']}: {wf['total']} jobs ({progress(wf['counts'])})")

@@ -273,7 +273,8 @@ def schedule_to_dict(s: Schedule, now: float | None = None) -> dict[str, Any]:
         "interval": s.interval,
         "at": iso(s.at),
         "timezone": s.timezone,
-        "job": s.job,
+        "job": None if "workflow" in s.job else s.job,
+        "workflow": s.job.get("workflow"),  # a schedule that fires a workflow: {name, jobs}
         "paused": s.paused,
         "paused_reason": s.paused_reason,
         **s.policy.to_dict(),

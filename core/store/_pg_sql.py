@@ -174,13 +174,17 @@ LEASED_TO = "SELECT id, attempt FROM jobs WHERE state = 'running' AND agent = $1
 LOCK_JOBS = f"{SELECT_JOB} WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"
 _ACTIVE = ", ".join(f"'{s}'" for s in ACTIVE_STATES)
 #: The runs of a schedule that have not ended, locked in id order (as change_jobs locks jobs).
+_RUN_STATE = "CASE WHEN state = 'blocked' AND deps_left > 0 THEN 'running' ELSE state END"  # schedule_runs.py
 LOCK_ACTIVE_RUNS = (
-    f"SELECT id, state, fire_time FROM jobs WHERE schedule_id = $1 AND state IN ({_ACTIVE}) ORDER BY id FOR UPDATE"
+    f"SELECT id, {_RUN_STATE}, fire_time FROM jobs WHERE schedule_id = $1 AND state IN ({_ACTIVE}) ORDER BY id "
+    "FOR UPDATE"
 )
-ACTIVE_RUNS = f"SELECT id, state, fire_time FROM jobs WHERE schedule_id = $1 AND state IN ({_ACTIVE}) ORDER BY id"
+ACTIVE_RUNS = (
+    f"SELECT id, {_RUN_STATE}, fire_time FROM jobs WHERE schedule_id = $1 AND state IN ({_ACTIVE}) ORDER BY id"
+)
 #: A firing pass: the unfinished runs of many schedules, locked in id order; then their rows.
 LOCK_ACTIVE_RUNS_OF = (
-    f"SELECT schedule_id, id, state, fire_time FROM jobs WHERE schedule_id = ANY($1::bigint[]) "
+    f"SELECT schedule_id, id, {_RUN_STATE}, fire_time FROM jobs WHERE schedule_id = ANY($1::bigint[]) "
     f"AND state IN ({_ACTIVE}) ORDER BY id FOR UPDATE"
 )
 LOCK_FIRING_STATE = (

@@ -87,6 +87,7 @@ from core.workflow import (
     check_workflow_action,
     edges_of,
     plan_dependencies,
+    workflow_run,
     workflow_summary,
 )
 
@@ -332,6 +333,21 @@ class PostgresStore(
 
         return await _again_after_a_race(lambda: self._write(op), jobs)
 
+    async def _insert_runs(self, tx: PgTx, s: Schedule, runs: Sequence[Job]) -> list[Job]:
+        """Insert a firing's runs (those a unique key refuses are left out); a workflow schedule's run
+        is its end job with the workflow around it, all of it or none."""
+        if "workflow" not in s.job:
+            return await insert_jobs(tx, runs, self._job_id_seq)
+        for end in runs:
+            name, jobs, deps = workflow_run(s.job, end, tx.now, self.policy)
+            wf = await deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
+            for j in jobs:
+                j.workflow_id = wf.id
+            if len(await self._insert_with_deps(tx, jobs, deps, None)) < len(jobs):
+                raise RuntimeError(f"schedule {s.id}: a run of {end.fire_time} exists already (the schedule's lock "
+                                   "should have kept a second firing out): nothing of this firing is written")  # fmt: skip
+        return list(runs)
+
     async def _insert_with_deps(self, tx: PgTx, new: Sequence[Job], deps: Sequence[Deps | None] | None,
                                 check: Callable[[Job], None] | None) -> list[Job]:  # fmt: skip
         """Insert jobs and their edges. Every refusal is raised before the first write (no savepoint
@@ -493,7 +509,7 @@ class PostgresStore(
             if dry_run:
                 return out
             _, jobs = jobs_to_make(s, fire_times, active, known, make_job, overlap, len(fire_times))
-            out.made = await insert_jobs(tx, jobs, self._job_id_seq)
+            out.made = await self._insert_runs(tx, s, jobs)
             await c.execute("UPDATE schedules SET fired = fired + $1 WHERE id = $2", len(out.made), s.id)
             emit_backfill_event(tx, s, fire_times, len(known), out.made, overlap)
             return out
@@ -815,7 +831,7 @@ class PostgresStore(
                 raise NotFound(f"no schedule with id {s.id}", field="id")
             job = make_job(None)
             job.schedule_id, job.fire_time = s.id, None
-            await insert_jobs(tx, [job], self._job_id_seq)
+            await self._insert_runs(tx, s, [job])
             await c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = $1", s.id)
             tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": None})
             return FireResult([job])
@@ -846,7 +862,11 @@ class PostgresStore(
             fired = [(i, f, decide_firing(f, active.get(f.schedule.id, []),
                                           {t for t in f.plan.fire_times if (f.schedule.id, t) in known}))
                      for i, f in live]  # fmt: skip
-            made = {j.id for j in await insert_jobs(tx, [j for _, _, res in fired for j in res.jobs], self._job_id_seq)}
+            plain = [j for _, f, res in fired if "workflow" not in f.schedule.job for j in res.jobs]
+            made = {j.id for j in await insert_jobs(tx, plain, self._job_id_seq)}
+            for _, f, res in fired:
+                if "workflow" in f.schedule.job:
+                    made.update(j.id for j in await self._insert_runs(tx, f.schedule, res.jobs))
             cancel: list[int] = []
             for _, _, res in fired:
                 res.jobs = [j for j in res.jobs if j.id in made]  # a unique key refused the others

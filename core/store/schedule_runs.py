@@ -31,6 +31,9 @@ from core.store.base import Outbox
 MakeJob = Callable[[float | None], Job]
 
 ACTIVE_SQL = ", ".join(f"'{s}'" for s in ACTIVE_STATES)
+#: A run's state for the overlap policy: a workflow run's end job waiting on its workflow's jobs is
+#: going (the workflow runs), not a buffered run (blocked with nothing left to wait for).
+RUN_STATE_SQL = "CASE WHEN state = 'blocked' AND deps_left > 0 THEN 'running' ELSE state END"
 
 
 @dataclass(slots=True)

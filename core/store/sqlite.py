@@ -71,6 +71,7 @@ from core.store.notifications import SQLiteNotifications
 from core.store.relay_cursors import SQLiteRelayCursors
 from core.store.schedule_runs import (
     ACTIVE_SQL,
+    RUN_STATE_SQL,
     BackfillResult,
     FireResult,
     Firing,
@@ -95,6 +96,7 @@ from core.workflow import (
     check_workflow_action,
     edges_of,
     plan_dependencies,
+    workflow_run,
     workflow_summary,
 )
 
@@ -117,7 +119,8 @@ SCHEDULE_COLUMNS = (
 )  # fmt: skip
 _SELECT_SCHEDULE = f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules"
 _CHUNK = 500
-_ACTIVE_RUNS = f"SELECT id, state, fire_time FROM jobs WHERE schedule_id = ? AND state IN ({ACTIVE_SQL}) ORDER BY id"
+_ACTIVE_RUNS = (f"SELECT id, {RUN_STATE_SQL}, fire_time FROM jobs WHERE schedule_id = ? AND state IN ({ACTIVE_SQL}) "
+                "ORDER BY id")  # fmt: skip
 # A schedule's buffered runs (blocked by its overlap policy, not by dependencies), and the schedules
 # that have any (the safety-net sweep looks at each).
 _BUFFERED_RUNS = "SELECT id FROM jobs WHERE schedule_id = ? AND state = 'blocked' AND deps_left = 0 ORDER BY id"
@@ -127,7 +130,7 @@ _BUFFERED_SCHEDULES = (
 # A firing pass reads these for many schedules at once ({} is the list of ids).
 _FIRING_STATE = "SELECT id, next_fire_at, paused, updated_at FROM schedules WHERE id IN ({})"
 _ACTIVE_RUNS_OF = (
-    "SELECT schedule_id, id, state, fire_time FROM jobs "
+    f"SELECT schedule_id, id, {RUN_STATE_SQL}, fire_time FROM jobs "
     f"WHERE schedule_id IN ({{}}) AND state IN ({ACTIVE_SQL}) ORDER BY id"
 )
 _FIRED_UPDATE = (  # values: core.store.schedule_runs.fire_update
@@ -1146,7 +1149,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                 raise NotFound(f"no schedule with id {s.id}", field="id")
             job = make_job(None)
             job.schedule_id, job.fire_time = s.id, None
-            _insert_jobs(tx, [job])
+            self._insert_runs(tx, s, [job])
             c.execute("UPDATE schedules SET fired = fired + 1 WHERE id = ?", (s.id,))
             tx.emit("schedule.fired", job.id, job.queue, {"schedule_id": s.id, "fire_time": None})
             return FireResult([job])
@@ -1169,7 +1172,10 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             fired = [(i, f, decide_firing(f, active.get(f.schedule.id, []),
                                           {t for t in f.plan.fire_times if (f.schedule.id, t) in known}))
                      for i, f in live]  # fmt: skip
-            _insert_jobs(tx, [j for _, _, res in fired for j in res.jobs])
+            _insert_jobs(tx, [j for _, f, res in fired if "workflow" not in f.schedule.job for j in res.jobs])
+            for _, f, res in fired:
+                if "workflow" in f.schedule.job:
+                    self._insert_runs(tx, f.schedule, res.jobs)
             cancel = [job_id for _, _, res in fired for job_id in res.decision.cancel]
             if cancel:
                 applier = _Applier(tx)
@@ -1186,6 +1192,18 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
 
     def _cancel(self, job: Job) -> Any:
         return decide_cancel(job, self.clock(), self.policy)
+
+    def _insert_runs(self, tx: Tx, s: Schedule, runs: Sequence[Job]) -> None:
+        """Insert a firing's runs; a workflow schedule's run is its end job with the workflow around it."""
+        if "workflow" not in s.job:
+            _insert_jobs(tx, runs)
+            return
+        for end in runs:
+            name, jobs, deps = workflow_run(s.job, end, tx.now, self.policy)
+            wf = deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
+            for j in jobs:
+                j.workflow_id = wf.id
+            self._insert_with_deps(tx, jobs, deps, None)
 
     async def runs_at(self, schedule_id: int, fire_times: Sequence[float]) -> dict[float, tuple[int, str]]:
         """The schedule's job (id, state) at each of these fire times that has one."""
@@ -1206,7 +1224,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                 return out
             active = [Run(*r) for r in c.execute(_ACTIVE_RUNS, (s.id,))]
             _, out.made = jobs_to_make(s, fire_times, active, known, make_job, overlap, len(fire_times))
-            _insert_jobs(tx, out.made)
+            self._insert_runs(tx, s, out.made)
             c.execute("UPDATE schedules SET fired = fired + ? WHERE id = ?", (len(out.made), s.id))
             emit_backfill_event(tx, s, fire_times, len(known), out.made, overlap)
             return out

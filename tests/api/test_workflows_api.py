@@ -4,6 +4,7 @@ dependency order, bad graphs are 422s naming the job and field, and nothing is h
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -175,3 +176,54 @@ async def test_a_workflow_job_whose_unique_key_is_held_is_a_409_naming_it_and_no
         )
     assert err.value.field == "jobs[1].unique" and f"held by job {holder['id']}" in err.value.message, err.value
     assert len((await running.client.workflows())["workflows"]) == before, "a refused workflow writes nothing"
+
+
+async def test_a_schedule_fires_a_workflow_each_time_and_skips_while_one_runs(
+    running: RunningNode, tmp_path: Any
+) -> None:
+    """A nightly DAG, every second: each fire time submits the whole workflow; while one runs (its
+    jobs take 1.5 s) the next fire times are skipped, so two runs never overlap."""
+    log = tmp_path / "runs.log"
+    step = lambda ref, *deps: sh(ref, f"echo start {ref} $(date +%s.%N) >> {log}; sleep 0.5", *deps)  # noqa: E731
+    body = {"name": "nightly", "interval": 1, "workflow": {"name": "etl", "jobs": [
+        step("extract"), step("transform", "extract"), step("load", "transform")]}}  # fmt: skip
+    s = await running.client.create_schedule(body)
+    assert s["job"] is None and s["workflow"]["name"] == "etl" and s["overlap"] == "skip", s
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done = [w for w in (await running.client.workflows())["workflows"] if w["state"] == "succeeded"]
+        if len(done) >= 2:
+            break
+        await asyncio.sleep(0.2)
+    await running.client._call("POST", f"/v1/schedules/{s['id']}/pause")
+    flows = (await running.client.workflows())["workflows"]
+    assert len(done) >= 2, f"expected 2 runs done within 30 s, got {flows}"
+    assert all(w["name"] == "etl" and w["total"] == 4 for w in flows), flows  # 3 jobs + the run's end job
+    ends = sorted((w["created_at"], w["finished_at"]) for w in done)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(ends)), f"runs overlapped: {ends}"
+    stored = await running.client.get_schedule(s["id"])
+    assert stored["skipped"] >= 1, f"fire times while a run was going should be skipped: {stored}"
+
+
+async def test_a_workflow_schedule_refuses_policies_it_cannot_apply(running: RunningNode) -> None:
+    flow = {"name": "etl", "jobs": [sh("a"), sh("b", "true", "a")]}
+    for extra, field in (({"overlap": "buffer_one"}, "overlap"), ({"overlap": "cancel_previous"}, "overlap"),
+                         ({"pause_after_failures": 2}, "pause_after_failures"),
+                         ({"job": {"task": {"kind": "shell", "command": "true"}}}, None)):  # fmt: skip
+        with pytest.raises(InvalidInput) as err:
+            await running.client.create_schedule({"name": "n", "cron": "0 2 * * *", "workflow": flow, **extra})
+        assert field is None or err.value.field == field, (extra, err.value)
+    cyc = {"name": "c", "jobs": [sh("a", "true", "b"), sh("b", "true", "a")]}
+    with pytest.raises(InvalidInput) as err:
+        await running.client.create_schedule({"name": "n", "cron": "0 2 * * *", "workflow": cyc})
+    assert "a -> b -> a" in err.value.message or "b -> a -> b" in err.value.message, err.value
+    s = await running.client.create_schedule({"name": "n", "cron": "0 2 * * *", "workflow": flow})
+    with pytest.raises(Conflict) as conflict:
+        await running.client.update_schedule(s["id"], {"overlap": "buffer_all"})
+    assert conflict.value.field == "overlap" and "fires a workflow" in conflict.value.message, conflict.value
+    with pytest.raises(Conflict):
+        await running.client.backfill(s["id"], "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z")
+    made = await running.client.backfill(s["id"], "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z", overlap="allow")
+    assert made["made"] == 2, made
+    ran = await running.client._call("POST", f"/v1/schedules/{s['id']}/run")
+    assert ran["ref"] == ":run" and ran["workflow_id"] is not None, ran

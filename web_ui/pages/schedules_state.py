@@ -59,8 +59,8 @@ class SchedulesState(AppState):
                 "name": s["name"],
                 "timing": s.get("cron") or (f"every {s['interval']:g}s" if s.get("interval") else f"at {s.get('at')}"),
                 "timezone": str(s.get("timezone") or ""),
-                "task": task_text((s.get("job") or {}).get("task") or {}),
-                "queue": str((s.get("job") or {}).get("queue") or ""),
+                "task": _template_text(s),
+                "queue": str((s.get("job") or {}).get("queue") or _first_queue(s)),
                 "next": clock(s.get("next_fire_at"), str(s.get("timezone") or "UTC")),  # the schedule's zone
                 "next_both": clock_both(s.get("next_fire_at"), str(s.get("timezone") or "UTC"), self.zone_name()),
                 "next_in": ago(s.get("next_fire_at")),
@@ -296,3 +296,16 @@ class SchedulesState(AppState):
             return self.failed(exc)
         await self.fetch()
         return rx.toast.success(f"schedule {schedule_id}: {action} done", duration=2000)
+
+
+def _template_text(s: dict[str, Any]) -> str:
+    """What the schedule fires: its job's task, or its workflow (name and size)."""
+    wf = s.get("workflow")
+    if wf:
+        return f"workflow {wf.get('name')} ({len(wf.get('jobs') or [])} jobs)"
+    return task_text((s.get("job") or {}).get("task") or {})
+
+
+def _first_queue(s: dict[str, Any]) -> str:
+    jobs = (s.get("workflow") or {}).get("jobs") or []
+    return str(jobs[0].get("queue") or "default") if jobs else ""
