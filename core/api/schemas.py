@@ -553,21 +553,24 @@ _NOT_FOR_WORKFLOWS: dict[str, Any] = {
 }  # fmt: skip
 
 
+class ScheduledWorkflowJob(WorkflowJob):
+    """A job of a schedule's workflow: as in POST /v1/workflows, without a unique key (the schedule's
+    overlap policy decides whether a run starts beside an earlier one)."""
+
+    unique: None = Field(None, description="not taken here: the schedule's overlap policy decides repeats")
+
+
 class ScheduleWorkflow(WorkflowCreate):
     """The workflow each fire time submits: its jobs (with refs and depends_on), all or nothing."""
 
+    jobs: list[ScheduledWorkflowJob] = Field(min_length=1, max_length=MAX_WORKFLOW_JOBS)  # type: ignore[assignment]
+
     def template(self) -> dict[str, Any]:
         """As the schedule keeps it (its DAG checked now, so a fire cannot fail on a cycle or a bad ref)."""
-        from core.errors import InvalidInput
         from core.workflow import validate_workflow
 
         specs = self.specs()
         validate_workflow(specs)
-        for i, spec in enumerate(specs):
-            if spec.get("unique"):
-                raise InvalidInput(f"workflow.jobs[{i}].unique: a scheduled workflow's jobs take no unique key: the "
-                                   "schedule's overlap policy decides whether a run starts beside an earlier one",
-                                   field=f"workflow.jobs[{i}].unique")  # fmt: skip
         return {"workflow": {"name": self.name, "jobs": specs}, "queue": specs[0].get("queue") or "default"}
 
     def queues(self) -> list[str]:

@@ -53,10 +53,9 @@ def map_case(ctx: schemathesis.HookContext, case: schemathesis.Case) -> schemath
                                  for j in case.body["jobs"]]  # fmt: skip
         elif case.path == "/v1/workflows" and isinstance(case.body.get("jobs"), list):
             case.body["jobs"] = _acyclic(case.body["jobs"])
-        elif case.path.startswith("/v1/notifications/hooks") and isinstance(case.body.get("workflow"), dict):
-            wf = case.body["workflow"]  # a hook's workflow template: the same graph rules
-            if isinstance(wf.get("jobs"), list):
-                case.body["workflow"] = {**wf, "jobs": _acyclic(wf["jobs"])}
+        wf = case.body.get("workflow")  # a schedule's or a hook's workflow template
+        if isinstance(wf, dict) and isinstance(wf.get("jobs"), list):
+            case.body["workflow"] = {**wf, "jobs": _acyclic(wf["jobs"])}
         if schedule_write:
             case.body = {**case.body, **{k: v for k, v in (("jitter", 0), ("exclude_cron", "")) if k in case.body}}
         if case.path.endswith("/backfill"):
