@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 import urllib.request
 from dataclasses import dataclass, field
@@ -66,8 +67,10 @@ def proxied(url: str) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _tls() -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=certifi.where())  # the same trust as httpx's default
+def tls_context() -> ssl.SSLContext:
+    """The trust httpx gave webhooks: SSL_CERT_FILE / SSL_CERT_DIR if set (read once), else certifi's CAs."""
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    return ssl.create_default_context(cafile=cafile or (None if capath else certifi.where()), capath=capath)
 
 
 @dataclass(slots=True)
@@ -153,7 +156,7 @@ class Http1Client:
 
     async def _open(self, t: Target) -> _Conn:
         reader, writer = await asyncio.open_connection(
-            t.host, t.port, ssl=_tls() if t.https else None, server_hostname=t.host if t.https else None
+            t.host, t.port, ssl=tls_context() if t.https else None, server_hostname=t.host if t.https else None
         )
         return _Conn(t, reader, writer)
 

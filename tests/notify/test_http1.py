@@ -5,12 +5,14 @@ never answering, answering too much, not speaking HTTP."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from core.notify.http1 import MAX_ANSWER, AnswerError, Http1Client, proxied, target_of
+from core.notify.http1 import MAX_ANSWER, AnswerError, Http1Client, proxied, target_of, tls_context
+from tests.certs import ThrowawayCA
 
 Answer = Callable[[bytes], bytes | None]  # the request's bytes -> what to write (None: never answer)
 
@@ -151,3 +153,26 @@ def test_a_url_an_environment_proxy_applies_to_goes_through_httpx(monkeypatch: p
     monkeypatch.setenv("NO_PROXY", "localhost,.corp.example")
     assert proxied("https://hooks.example.com/x") and not proxied("http://hooks.example.com/x")
     assert not proxied("https://ci.corp.example/x"), "NO_PROXY names it"
+
+
+async def test_an_https_receiver_is_checked_against_ssl_cert_file_or_certifi(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    ca = ThrowawayCA(tmp_path)
+    cert, key = ca.issue("127.0.0.1")
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    raw = RawServer(ok(b"secure"))
+    server = await asyncio.start_server(raw._serve, "127.0.0.1", 0, ssl=server_tls)
+    url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    try:
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca.cert))
+        tls_context.cache_clear()
+        assert await Http1Client().post(url, {}, b"x", 5) == (200, b"secure")
+        monkeypatch.delenv("SSL_CERT_FILE")
+        tls_context.cache_clear()
+        with pytest.raises(ssl.SSLCertVerificationError):  # a private CA is not in certifi's bundle
+            await Http1Client().post(url, {}, b"x", 5)
+    finally:
+        tls_context.cache_clear()
+        server.close()
