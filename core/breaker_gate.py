@@ -70,7 +70,7 @@ class BreakerGate:
         await self.refresh()
         if not self.open:
             return jobs
-        held: dict[int, Breaker] = {}
+        held: dict[int, tuple[str, str]] = {}
         trials: dict[tuple[str, str], int] = {}
         for j, k in http:
             b = self.open.get((j.queue, k))
@@ -79,7 +79,7 @@ class BreakerGate:
             if b.retry_at is not None and b.retry_at <= now and (j.queue, k) not in trials:
                 trials[(j.queue, k)] = j.id
             else:
-                held[j.id] = b
+                held[j.id] = (j.queue, k)
         if trials:
             after = await self.engine.store.take_breaker_trials(trials, self._all_settings({q for q, _ in trials}))  # type: ignore[attr-defined]
             for key, job_id in trials.items():
@@ -87,19 +87,20 @@ class BreakerGate:
                 if b is None or b.opened_at is None:  # it closed meanwhile
                     self.open.pop(key, None)
                     continue
-                self.open[key] = b
+                self.open[key] = b  # as the store has it now: the others of its jobs wait for this trial
                 if b.probe_job != job_id:
-                    held[job_id] = b  # another job (perhaps on another node) is the trial
+                    held[job_id] = key  # another job (perhaps on another node) is the trial
                 else:
                     log.info("breaker of %s in queue %r: job %d goes as the trial request", key[1], key[0], job_id)
+        held = {i: key for i, key in held.items() if key in self.open}
         if not held:
             return jobs
         policy = self.engine.policy
         decisions: dict[int, Decide] = {}
         for j in jobs:
-            if (b := held.get(j.id)) is None:
+            if (hk := held.get(j.id)) is None:
                 continue
-            s = self.settings(j.queue)
+            b, s = self.open[hk], self.settings(j.queue)
             why = b.reason(now, s)
             if s.mode == "fail":
                 rr = RunResult(j.id, j.attempt, "failed", error=why)

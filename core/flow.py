@@ -26,6 +26,7 @@ RATE_MAX = 1_000_000.0  # jobs/s: far past what one store can start
 BURST_OF_A_TENTH = 0.1  # seconds of the rate a bucket holds when no burst is set
 MAX_KEYS = 10_000  # keys a claim reads of one queue; beyond, the least served of them get their turn first
 NULL_WINDOW = 1000  # jobs without a key are looked for among a fair queue's first this many queued jobs
+WALK_PAST = 256  # a per-key claim walks past at most this many jobs of full keys before reading each key's head
 FORGET_AFTER = 3600.0  # a key not served for this long and not ahead of the queue is forgotten
 
 

@@ -3,8 +3,10 @@ per-key concurrency limit, fair rotation between fairness keys. Runs in the clai
 under the queue's advisory lock (core/store/_pg_sql.py LOCK_QUEUES), so the per-key counts and the
 rotation hold across every node.
 
-The keys are read by a skip scan of jobs_claim_fair / jobs_claim_key (one index probe per key), each
-key's next jobs in one LATERAL query, so a key with 100,000 jobs waiting is never read past.
+A queue with a per-key limit and no fair rotation takes its next jobs in claim order, less those of
+full keys, when that fills the claim (the usual case: what an unlimited claim reads). Otherwise, and in
+a fair queue, the keys are read by a skip scan of jobs_claim_fair / jobs_claim_key (one index probe per
+key), each key's next jobs in one LATERAL query, so a key with 100,000 jobs waiting is never read past.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from core.flow import (
     FORGET_AFTER,
     MAX_KEYS,
     NULL_WINDOW,
+    Candidate,
     KeyedClaim,
     QueueLimits,
     Rotation,
@@ -26,7 +29,7 @@ from core.flow import (
     keyed_claim,
     keys_to_read,
 )
-from core.store._pg_sql import SELECT_JOB
+from core.store._pg_sql import CLAIM_QUEUE, SELECT_JOB
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -63,6 +66,26 @@ RUNNING_BY_KEY = (
 )
 
 
+async def _walk(c: Conn, queue: str, limits: QueueLimits, running: dict[str, int], offered: list[str],
+                room: int) -> KeyedClaim | None:  # fmt: skip
+    """A per-key limit without fair rotation: the queue's next `room` jobs in claim order (as an unlimited
+    claim takes them), less those of full keys. None if that left room while more jobs wait: then each
+    key's head is read instead (the rows read here stay this claim's until it commits)."""
+    rows = await c.fetch(CLAIM_QUEUE, offered, [queue], room)
+    counts, picked, kept = dict(running), [], []
+    for r in rows:
+        ck = r["concurrency_key"]
+        if ck is not None and limits.key_concurrency is not None and counts.get(ck, 0) >= limits.key_concurrency:
+            continue
+        if ck is not None:
+            counts[ck] = counts.get(ck, 0) + 1
+        picked.append(Candidate(r["id"], r["sort_key"], r["priority"], r["fairness_key"], ck))
+        kept.append(r)
+    if len(picked) < room and len(rows) == room:
+        return None
+    return KeyedClaim(queue, limits, Rotation(), picked, kept)
+
+
 async def pick_rows(c: Conn, queue: str, limits: QueueLimits, vtime: float, offered: list[str], room: int,
                     now: float, aging: float) -> KeyedClaim:  # fmt: skip
     """Read (and lock) each key's next queued jobs and `pick` up to `room` of them."""
@@ -71,6 +94,8 @@ async def pick_rows(c: Conn, queue: str, limits: QueueLimits, vtime: float, offe
     running: dict[str, int] = {}
     if limits.key_concurrency is not None:
         running = {r[0]: int(r[1]) for r in await c.fetch(RUNNING_BY_KEY, queue)}
+    if not limits.fair and (walked := await _walk(c, queue, limits, running, offered, room)) is not None:
+        return walked
     rotation = Rotation(vtime, {})
     if limits.fair:
         rows = await c.fetch("SELECT key, served, last_at FROM fair_shares WHERE queue = $1", queue)

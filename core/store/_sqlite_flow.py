@@ -1,22 +1,29 @@
 """The embedded store's claim from a queue whose jobs are chosen by key (core/flow.py `pick`): a per-key
 concurrency limit, fair rotation between fairness keys. Runs in the writer's transaction (exact).
 
-Each key's next jobs are read from its own index range (jobs_claim_fair / jobs_claim_key), the keys
-themselves by a skip scan of that index, so a key with 100,000 jobs waiting costs one index probe,
-not a walk past its backlog.
+A queue with a per-key limit and no fair rotation is walked in claim order, skipping the jobs of full
+keys, as long as few are skipped (the usual case: about what an unlimited claim reads). Otherwise, and
+in a fair queue, each key's next jobs are read from its own index range (jobs_claim_fair /
+jobs_claim_key), the keys themselves by a skip scan of that index, so a key with 100,000 jobs waiting
+costs one index probe, not a walk past its backlog.
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 from core.flow import (
     CANDIDATE_COLUMNS,
     FORGET_AFTER,
     MAX_KEYS,
     NULL_WINDOW,
+    WALK_PAST,
+    Candidate,
     KeyedClaim,
     QueueLimits,
     Rotation,
@@ -35,6 +42,49 @@ _KEYS = """WITH RECURSIVE k(key) AS (
 ) SELECT key FROM k WHERE key IS NOT NULL LIMIT ?2"""
 
 
+_HEADS = ("SELECT " + ", ".join(f"j.{c}" for c in CANDIDATE_COLUMNS.split(", ")) + ", k.value "
+          "FROM json_each(?3) AS k JOIN jobs AS j ON j.id IN (SELECT h.id FROM jobs AS h INDEXED BY {index} "
+          "WHERE h.state = 'queued' AND h.{col} IS NOT NULL AND h.queue = ?1 AND h.{col} = k.value "
+          "AND (h.labels = '' OR jobdeck_labels_ok(h.labels, ?2)) ORDER BY h.sort_key, h.id LIMIT ?4)")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4)
+def _positions(select_job: str) -> tuple[int, ...]:
+    """Where a job row (`select_job`'s columns) has the columns of a Candidate."""
+    cols = select_job[len("SELECT ") : select_job.index(" FROM ")].split(", ")
+    return tuple(cols.index(name) for name in CANDIDATE_COLUMNS.split(", "))
+
+
+def _walk(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueLimits, running: dict[str, int],
+          labels: str, room: int) -> KeyedClaim | None:  # fmt: skip
+    """A per-key limit without fair rotation: walk the queue in claim order (its claim index, as an
+    unlimited claim does), skipping jobs whose key is full, and stop at `room` picks. None if keys at
+    their limit hold more than WALK_PAST of the first jobs: then each key's head is read instead, so a
+    key with 100,000 waiting is never walked past."""
+    limit, at = limits.key_concurrency, _positions(select_job)
+    cur = c.execute(f"{select_job} INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? "
+                    "AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id", (queue, labels))  # fmt: skip
+    counts, picked, rows, skipped = dict(running), [], [], 0
+    try:
+        for r in cur:
+            cand = Candidate(*(r[i] for i in at))
+            ck = cand.concurrency_key
+            if ck is not None and limit is not None and counts.get(ck, 0) >= limit:
+                skipped += 1
+                if skipped > WALK_PAST:
+                    return None
+                continue
+            if ck is not None:
+                counts[ck] = counts.get(ck, 0) + 1
+            picked.append(cand)
+            rows.append(r)
+            if len(picked) >= room:
+                break
+    finally:
+        cur.close()
+    return KeyedClaim(queue, limits, Rotation(), picked, rows)
+
+
 def pick_rows(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueLimits, vtime: float, labels: str,
               room: int, now: float, aging: float) -> KeyedClaim:  # fmt: skip
     """Read each key's next queued jobs and `pick` up to `room` of them."""
@@ -44,19 +94,18 @@ def pick_rows(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueL
         running = dict(c.execute(
             "SELECT concurrency_key, count(*) FROM jobs INDEXED BY jobs_running_key WHERE state = 'running' "
             "AND concurrency_key IS NOT NULL AND queue = ? GROUP BY concurrency_key", (queue,)))  # fmt: skip
+    if not limits.fair and (walked := _walk(c, select_job, queue, limits, running, labels, room)) is not None:
+        return walked
     rotation = Rotation(vtime, {})
     if limits.fair:
         rows = c.execute("SELECT key, served, last_at FROM fair_shares WHERE queue = ?", (queue,))
         rotation.shares = {k: Share(s, at) for k, s, at in rows}
     found = [r[0] for r in c.execute(_KEYS.format(col=col, index=index), (queue, MAX_KEYS))]
     keys, per = keys_to_read(found, limits, running, rotation, room)
-    heads = (f"SELECT {CANDIDATE_COLUMNS} FROM jobs INDEXED BY {index} WHERE state = 'queued' AND {col} IS NOT NULL "
-             f"AND queue = ? AND {col} = ? AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id "
-             "LIMIT ?")  # fmt: skip
     by_key: dict[str | None, list[Sequence[Any]]] = {}
-    for k in keys:
-        if got := c.execute(heads, (queue, k, labels, per)).fetchall():
-            by_key[k] = got
+    if keys:  # one statement: each key's next `per` jobs, from its own range of the index
+        for r in c.execute(_HEADS.format(col=col, index=index), (queue, labels, orjson.dumps(keys).decode(), per)):
+            by_key.setdefault(r[-1], []).append(r[:-1])
     unkeyed = (f"SELECT {CANDIDATE_COLUMNS} FROM jobs WHERE id IN (SELECT id FROM (SELECT id, {col} FROM jobs "
                f"INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? ORDER BY sort_key, id "
                f"LIMIT {NULL_WINDOW}) WHERE {col} IS NULL) AND (labels = '' OR jobdeck_labels_ok(labels, ?)) "
