@@ -175,7 +175,11 @@ def history_view(rows: Iterable[tuple[int, int, int, int, float]], now: float, s
         series: dict[str, Any] = {"jobs": counts}
         series["mean_ms"] = [round(1000 * s / n, 1) if n else None for s, n in zip(sums[cls], counts, strict=True)]
         for p in PERCENTILES:
-            values = (quantile(h, p / 100) for h in hist[cls])
+            # one job's wait is known exactly (its sum); more are estimated within their buckets
+            values = (
+                sums[cls][i] if n == 1 else quantile(h, p / 100)
+                for i, (h, n) in enumerate(zip(hist[cls], counts, strict=True))
+            )
             series[f"p{p}_ms"] = [None if v is None else round(1000 * v, 1) for v in values]
         out[cls] = series
     return out

@@ -54,11 +54,11 @@ async def test_the_pickup_history_splits_held_jobs_from_jobs_waiting_for_a_slot(
     """A job in a paused queue waits by policy ("held"); an ordinary job is picked up at once ("slot").
     Both come from the store (GET /v1/stats/history), per minute, with their latency."""
     c = running.client
-    parked = await c.submit({"queue": "held", "delay": 0.3, "task": {"kind": "shell", "argv": ["true"]}})
+    parked = await c.submit({"queue": "held", "delay": 1.0, "task": {"kind": "shell", "argv": ["true"]}})
     await c.queue_action("held", "pause")  # before it is due (the submit made the queue)
     quick = await c.submit({"task": {"kind": "shell", "argv": ["true"]}})
     await c.wait_for(quick["id"], timeout=10)
-    await asyncio.sleep(0.9)  # due after 0.3 s, then held by the pause for at least 0.6 s
+    await asyncio.sleep(1.6)  # due after 1 s (the pause lands before, even on a busy machine), then held 0.6 s
     await c.queue_action("held", "resume")
     await c.wait_for(parked["id"], timeout=10)
     h = (await c.stats_history("15m"))["pickup"]

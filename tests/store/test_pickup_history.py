@@ -115,3 +115,5 @@ def test_every_interval_is_in_the_view_with_nulls_where_nothing_was_claimed() ->
     assert view["held"]["jobs"][-1] == 4 and view["held"]["mean_ms"][-1] == 2000.0
     assert 1000.0 < view["held"]["p50_ms"][-1] <= 2500.0
     assert view["slot"]["jobs"] == [0] * 15 and view["slot"]["p99_ms"] == [None] * 15
+    one = history_view([(0, int(now // 60), bucket_of(1.2), 1, 1.2)], now, 900.0, 60.0)["slot"]
+    assert (one["p50_ms"][-1], one["p99_ms"][-1]) == (1200.0, 1200.0), "a lone job's wait is exact, not a bucket's"

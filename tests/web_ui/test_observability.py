@@ -55,15 +55,18 @@ def test_the_pickup_chart_splits_held_jobs_from_jobs_waiting_for_a_slot(
     """A job held in a paused queue and one picked up at once: the Overview's latency chart (fed from
     the store's pick-up history) draws a point on both lines, for the range picked."""
     shell = {"kind": "shell", "command": "true"}
-    held = httpx.post(web.core.url + "/v1/jobs", json={"task": shell, "queue": "pickup-web", "delay": 0.2}).json()
+    # due in 1.5 s: the pause (a request) lands before it is due even on a busy machine
+    held = httpx.post(web.core.url + "/v1/jobs", json={"task": shell, "queue": "pickup-web", "delay": 1.5}).json()
     assert httpx.post(web.core.url + "/v1/queues/pickup-web/pause").status_code == 200
     quick = httpx.post(web.core.url + "/v1/jobs", json={"task": shell}).json()
-    time.sleep(0.8)
+    time.sleep(2.2)
     assert httpx.post(web.core.url + "/v1/queues/pickup-web/resume").status_code == 200
     deadline = time.monotonic() + 60
     while any(httpx.get(f"{web.core.url}/v1/jobs/{j['id']}").json()["state"] != "succeeded" for j in (held, quick)):
         assert time.monotonic() < deadline, "the jobs did not finish"
         time.sleep(0.2)
+    pickup = httpx.get(web.core.url + "/v1/stats/history", params={"range": "15m"}).json()["pickup"]
+    assert sum(pickup["held"]["jobs"]) >= 1 and sum(pickup["slot"]["jobs"]) >= 1, pickup
     page = open_page("/")
     chart = page.locator("#chart-latency")
     expect(chart.locator("svg.main-svg").first).to_be_visible(timeout=60_000)  # plotly's first draw is slow here
