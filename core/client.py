@@ -420,6 +420,12 @@ class JobDeckClient:
                                           compression=None, **self._ws_options())  # fmt: skip
         except ssl.SSLCertVerificationError as exc:  # a setting to fix (TLSUntrusted); other errors are retried
             raise self._unreachable(exc, "the agent endpoint") from None
+        except websockets.exceptions.InvalidMessage as exc:  # a node starting or dying: no HTTP answer yet
+            raise ConnectionError(f"{url}: no WebSocket handshake answer ({exc})") from None
+        except websockets.exceptions.InvalidStatus as exc:
+            if exc.response.status_code < 500:  # refused (401, 403, 404): a setting to fix, said as it is
+                raise
+            raise ConnectionError(f"{url}: the node answered {exc.response.status_code}") from None
         return WebSocketChannel(ws)
 
     async def drain_agent(self, name: str) -> Json:

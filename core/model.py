@@ -118,6 +118,9 @@ class Job:
     unique_key: str | None = None
     unique_until: float | None = None
     unique_held: bool = False
+    # the parent whose failure cancelled or skipped this job (None: it was not a dependency that ended it,
+    # e.g. a person cancelled it): only such a job waits again when that parent is retried
+    ended_by_parent: int | None = None
 
 
 def labels_text(labels: dict[str, str]) -> str:
@@ -232,6 +235,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "workflow_id": job.workflow_id,
         "ref": job.ref,
         "on_parent_failure": job.on_parent_failure,
+        "ended_by_parent": job.ended_by_parent,
         "unique": None
         if job.unique_key is None
         else {
@@ -307,6 +311,7 @@ def decide_retry(job: Job, now: float, policy: Policy) -> Change:
         max_attempts=job.attempt + job.spec_max_attempts,
         cancel_requested=False,
         finished_at=None,
+        ended_by_parent=None,
         **_enqueue_fields(job, now, policy),
     )
 

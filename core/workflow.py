@@ -131,7 +131,7 @@ def decide_release(job: Job, now: float, policy: Policy) -> Change | None:
     failed = job.dep_failed
     if failed is not None and job.on_parent_failure == "cancel":
         why = f"parent job {failed} ended dead or cancelled"
-        change = _move(job, S.CANCELLED, "cancel", now, finished_at=now, last_error=why)
+        change = _move(job, S.CANCELLED, "cancel", now, finished_at=now, last_error=why, ended_by_parent=failed)
         change.data["reason"] = why
         change.data["parent"] = failed
         return change
@@ -139,7 +139,7 @@ def decide_release(job: Job, now: float, policy: Policy) -> Change | None:
         return None
     if failed is not None and job.on_parent_failure == "skip":
         why = f"skipped: parent job {failed} ended dead or cancelled"
-        change = _move(job, S.SKIPPED, "skip", now, finished_at=now, last_error=why)
+        change = _move(job, S.SKIPPED, "skip", now, finished_at=now, last_error=why, ended_by_parent=failed)
         change.data.update(reason=why, parent=failed)
         return change
     if job.run_at > now:
@@ -150,7 +150,7 @@ def decide_release(job: Job, now: float, policy: Policy) -> Change | None:
 def decide_rearm(job: Job, deps_left: int, dep_failed: int | None, now: float) -> Change:
     """A job a dependency had cancelled or skipped waits again: a parent of it was retried."""
     change = _move(job, S.BLOCKED, "re-arm", now, finished_at=None, last_error=None, deps_left=deps_left,
-                   dep_failed=dep_failed)  # fmt: skip
+                   dep_failed=dep_failed, ended_by_parent=None)  # fmt: skip
     change.data["reason"] = "a parent was retried"
     return change
 
@@ -194,8 +194,10 @@ def count_parent_ends(
 def decide_after_parents(job: Job, retried: set[int], was_failed_by: int | None, now: float,
                          policy: Policy) -> Change | None:  # fmt: skip
     """After its parents' ends were counted: a job a retried parent had cancelled or skipped waits
-    again; a blocked one is released, cancelled or skipped (decide_release)."""
-    if job.state in (S.CANCELLED, S.SKIPPED) and was_failed_by is not None and was_failed_by in retried:
+    again (not one a person cancelled: `ended_by_parent` says who ended it); a blocked one is
+    released, cancelled or skipped (decide_release)."""
+    by_parent = job.ended_by_parent is not None
+    if job.state in (S.CANCELLED, S.SKIPPED) and by_parent and was_failed_by is not None and was_failed_by in retried:
         return decide_rearm(job, job.deps_left, job.dep_failed, now)
     return decide_release(job, now, policy)
 

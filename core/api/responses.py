@@ -79,6 +79,11 @@ class JobView(_Out):
     workflow_id: int | None = Field(None, description="the workflow it belongs to")
     ref: str | None = Field(None, description="its ref in its workflow")
     on_parent_failure: Literal["cancel", "run", "skip"] = "cancel"
+    ended_by_parent: int | None = Field(
+        None,
+        description="the parent whose failure cancelled or skipped this job (null: it was not a dependency); "
+        "retrying that parent makes this job wait again",
+    )
     parents: list[int] | None = Field(None, description="GET /v1/jobs/{id} only: the jobs it waits for")
     children: list[int] | None = Field(None, description="GET /v1/jobs/{id} only: the jobs waiting for it")
 

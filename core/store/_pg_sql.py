@@ -25,7 +25,7 @@ JOB_TYPES: dict[str, str] = {
     "result": "json", "spec_max_attempts": "integer", "labels": "text", "traceparent": "text",
     "concurrency_key": "text", "fairness_key": "text", "workflow_id": "bigint", "ref": "text",
     "on_parent_failure": "text", "deps_left": "integer", "dep_failed": "bigint", "unique_key": "text",
-    "unique_until": "float8", "unique_held": "boolean",
+    "unique_until": "float8", "unique_held": "boolean", "ended_by_parent": "bigint",
 }  # fmt: skip
 JOB_COLUMNS = list(JOB_TYPES)  # the order of Job's fields
 ATTEMPT_TYPES: dict[str, str] = {
@@ -244,7 +244,7 @@ def job_row(j: Job) -> tuple[Any, ...]:
         None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts, labels_text(j.labels),
         j.traceparent, j.concurrency_key, j.fairness_key,
         j.workflow_id, j.ref, j.on_parent_failure, j.deps_left, j.dep_failed, j.unique_key, j.unique_until,
-        j.unique_held,
+        j.unique_held, j.ended_by_parent,
     )  # fmt: skip
 
 

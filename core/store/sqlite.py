@@ -108,6 +108,7 @@ JOB_COLUMNS = (
     "fire_time", "agent", "lease_expires_at", "cancel_requested", "paused_from", "last_error", "started_at",
     "finished_at", "result", "spec_max_attempts", "labels", "traceparent", "concurrency_key", "fairness_key",
     "workflow_id", "ref", "on_parent_failure", "deps_left", "dep_failed", "unique_key", "unique_until", "unique_held",
+    "ended_by_parent",
 )  # fmt: skip
 _SELECT_JOB = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
 _INSERT_JOB = f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
@@ -337,7 +338,7 @@ def _job_row(j: Job) -> tuple[Any, ...]:
         None if j.result is None else dumps(j.result).decode(), j.spec_max_attempts, labels_text(j.labels),
         j.traceparent, j.concurrency_key, j.fairness_key,
         j.workflow_id, j.ref, j.on_parent_failure, j.deps_left, j.dep_failed, j.unique_key, j.unique_until,
-        int(j.unique_held),
+        int(j.unique_held), j.ended_by_parent,
     )  # fmt: skip
 
 

@@ -277,3 +277,29 @@ async def test_a_fan_in_finished_by_many_concurrent_batches_on_two_nodes_is_rele
     assert (sink.state, sink.deps_left) == ("queued", 0), (sink.state, sink.deps_left)
     _, counts = await s1.get_workflow(wf.id)
     assert counts == {"succeeded": n + 1, "queued": 1}, counts
+
+
+async def test_retrying_a_failed_parent_leaves_a_job_a_person_cancelled_cancelled(kit: StoreKit) -> None:
+    """A child with policy run or skip waits on after a parent failed (its other parent still runs);
+    a person cancels it; the failed parent is retried: the child stays cancelled, while a child the
+    failure itself cancelled waits again."""
+    s = kit.store
+    a = await add(s, "a", max_attempts=1)
+    slow = await add(s, "slow")
+    runs = await add(s, "runs", [a, slow], on_parent_failure="run")
+    skips = await add(s, "skips", [a, slow], on_parent_failure="skip")
+    cancelled_by_a = await add(s, "cancels", [a])
+    await run(s, a, "failed", error="boom")
+    assert await states(s, runs, skips, cancelled_by_a) == ["blocked", "blocked", "cancelled"]
+    assert (await s.get_job(cancelled_by_a.id)).ended_by_parent == a.id
+    now = utcnow()
+    await s.change_jobs(
+        {runs.id: lambda j: decide_cancel(j, now, POLICY), skips.id: lambda j: decide_cancel(j, now, POLICY)}
+    )
+    assert await states(s, runs, skips) == ["cancelled", "cancelled"]
+    assert (await s.get_job(runs.id)).ended_by_parent is None, "a person's cancel is not a dependency's"
+    await s.change_jobs({a.id: lambda j: decide_retry(j, utcnow(), POLICY)})
+    assert await states(s, a, runs, skips, cancelled_by_a) == ["queued", "cancelled", "cancelled", "blocked"], (
+        "only what the failure cancelled comes back"
+    )
+    assert (await s.get_job(cancelled_by_a.id)).ended_by_parent is None
