@@ -133,6 +133,8 @@ CLAIM_QUEUE = (
 # one index that gives their order (the only sort-free plan) wins whatever the statistics say.
 INDEX_ORDER_ONLY = "SET LOCAL enable_sort = off"
 INDEX_ORDER_ONLY_END = "SET LOCAL enable_sort TO DEFAULT"
+INDEX_SCAN_ONLY = "SET LOCAL enable_seqscan = off"  # the event prune's batches (see PostgresStore.prune_events)
+INDEX_SCAN_ONLY_END = "SET LOCAL enable_seqscan TO DEFAULT"
 LIMITED_QUEUES = (
     "SELECT name FROM queues WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_concurrency IS NOT NULL "
     "OR fair"

@@ -99,6 +99,12 @@ QUERIES: list[tuple[str, str, tuple[Any, ...], str | tuple[str, ...]]] = [
         "job_tags_pkey",
     ),
     (
+        "prune: a batch of old events",
+        "DELETE FROM events WHERE seq >= $1 AND seq < $2",
+        (1, 5001),
+        "events_pkey",
+    ),
+    (
         "events: resume after a seq",
         "SELECT seq, ts, type, job_id, queue, body FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
         (JOBS - 500, 1000),
@@ -123,8 +129,9 @@ TRUNCATE jobs, job_tags, queues, events;
 
 
 def uses_store_settings(title: str) -> bool:
-    """The claims, the promoter and the reaper run with INDEX_ORDER_ONLY (core/store/_pg_sql.py)."""
-    return title.startswith(("claim", "promote", "reaper"))
+    """The claims, the promoter and the reaper run with INDEX_ORDER_ONLY, the prune with INDEX_SCAN_ONLY
+    (core/store/_pg_sql.py)."""
+    return title.startswith(("claim", "promote", "reaper", "prune"))
 
 
 async def refreshed(store: Any) -> list[str]:
@@ -172,7 +179,7 @@ async def check_plans(conn: Any, queries: list[Any], statistics: str, report: li
         await tr.start()  # claims lock rows: roll back after
         try:
             if uses_store_settings(title):
-                await conn.execute(sql.INDEX_ORDER_ONLY)
+                await conn.execute(sql.INDEX_SCAN_ONLY if title.startswith("prune") else sql.INDEX_ORDER_ONLY)
             rows = await conn.fetch(f"EXPLAIN (ANALYZE, COSTS OFF, SUMMARY ON) {query}", *args)
         finally:
             await tr.rollback()
