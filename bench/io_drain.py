@@ -104,7 +104,7 @@ async def _drains(ctx: RunContext, name: str, floor: Floor | None, *, local: boo
         Figure(name, "mean claim batch", claimed / max(claims, 1), "jobs", CLAIM_BATCH_FLOOR,
                f"{claimed:,} jobs in {claims:,} claim transactions"),
         Figure(name, "mean result batch", results / max(batches, 1), "jobs",
-               note=f"{results:,} results in {batches:,} result batches (on SQLite a batch shares the commit of the claim that fills its slots)"),
+               note=f"{results:,} results in {batches:,} result batches (a batch shares the commit of the claim that fills its slots)"),
         Figure(name, "claim transactions per job", claims / max(claimed, 1), "ratio"),
         Figure(name, "store commits per job", commits / max(jobs, 1), "ratio",
                note="GET /metrics jobdeck_store_commit_seconds_count over submit + drain; the floor's is 2/slots"),

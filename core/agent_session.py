@@ -57,6 +57,7 @@ class AgentSession:
         self._results: list[Message] = []  # results received, waiting for the recorder
         self._recorder: asyncio.Task[None] | None = None
         self._recording: set[asyncio.Task[None]] = set()  # result batches written into a held commit
+        self._held_batch_due = False  # a task will take the results into the held commit
         self.connected_at = time.time()
         self.last_heartbeat = self.connected_at
         self.draining = False
@@ -148,13 +149,21 @@ class AgentSession:
         self._results += results
         if self.hub.engine.pair_with_claim():
             # Writes wait for the claim that fills these slots: record now, into the same commit,
-            # even while an earlier batch commits (the one writer keeps their order).
-            batch, self._results = self._results, []
-            task = asyncio.create_task(self._record_batch(batch), name=f"jobdeck-results-{self.name}")
-            self._recording.add(task)
-            task.add_done_callback(self._recording.discard)
+            # even while an earlier batch commits (the writer keeps their order). Messages that
+            # arrive before the task runs join its batch (one op, not one per message).
+            if not self._held_batch_due:
+                self._held_batch_due = True
+                task = asyncio.create_task(self._record_held(), name=f"jobdeck-results-{self.name}")
+                self._recording.add(task)
+                task.add_done_callback(self._recording.discard)
         elif self._recorder is None or self._recorder.done():
             self._recorder = asyncio.create_task(self._record(), name=f"jobdeck-results-{self.name}")
+
+    async def _record_held(self) -> None:
+        self._held_batch_due = False
+        batch, self._results = self._results, []
+        if batch:
+            await self._record_batch(batch)
 
     async def _record(self) -> None:
         while self._results:

@@ -209,6 +209,7 @@ class PgWriter:
         self._workers = workers
         self.observe_commit: Callable[[float], None] | None = None  # the node's commit-latency histogram
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self._held: list[_Item] | None = None  # see `hold`
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         # Transactions that took sequence numbers, in the order they took them (their commit
@@ -225,6 +226,7 @@ class PgWriter:
         if not self._tasks or self._closed:
             return
         self._closed = True
+        self.release()
         for _ in self._tasks:
             self._queue.put_nowait(None)
         await asyncio.gather(*self._tasks)
@@ -234,9 +236,23 @@ class PgWriter:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self._closed:
             fut.set_exception(Unavailable("the store is closed"))
+        elif self._held is not None:
+            self._held.append((op, fut))
         else:
             self._queue.put_nowait((op, fut))
         return fut
+
+    def hold(self) -> None:
+        """Keep the ops queued from now on until `release`, then queue them at once: the first free
+        task takes them all into one transaction (see SQLiteStore.hold_writes). The caller bounds it."""
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        """Queue the held ops (nothing if none were held)."""
+        held, self._held = self._held, None
+        for item in held or ():
+            self._queue.put_nowait(item)
 
     async def _run(self) -> None:
         while True:

@@ -178,11 +178,16 @@ class PostgresStore(
                 log.warning("store maintenance failed (will try again): %s", exc)
 
     def hold_writes(self) -> bool:
-        """False: nothing to hold, this writer runs several transactions at once (see SQLiteStore.hold_writes)."""
-        return False
+        """Queue writes without starting them until `release_writes` (see PgWriter.hold); True once open."""
+        if self._writer is None:
+            return False
+        self._writer.hold()
+        return True
 
     def release_writes(self) -> None:
-        """Nothing was held."""
+        """Start the writes held since `hold_writes`, in one transaction."""
+        if self._writer is not None:
+            self._writer.release()
 
     def observe_commits(self, observe: Callable[[float], None]) -> None:
         """Report each transaction's duration in seconds (the node's store-commit histogram)."""
