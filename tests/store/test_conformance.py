@@ -599,7 +599,9 @@ async def test_queues_are_created_by_jobs_and_updated(kit: StoreKit) -> None:
     assert (queues["mail"]["depth"], queues["mail"]["scheduled"], queues["batch"]["running"]) == (1, 1, 1)
     view = await s.update_queue("mail", {"paused": True}, now)
     assert view == {"name": "mail", "paused": True, "concurrency": None, "rate_limit": None, "rate_burst": None,
-                    "key_concurrency": None, "fairness_weights": None, "fair": False}  # fmt: skip
+                    "key_concurrency": None, "fairness_weights": None, "fair": False, "breaker_mode": None,
+                    "breaker_failure_ratio": None, "breaker_min_requests": None, "breaker_window": None,
+                    "breaker_reset": None}  # fmt: skip
     await s.update_queue("mail", {"concurrency": 4}, now)
     assert await s.queue_settings() == {"batch": QueueLimits(), "mail": QueueLimits(paused=True, concurrency=4)}
     with pytest.raises(NotFound):
