@@ -77,3 +77,31 @@ def sqlite_insert_rate(directory: Path, rows: int, per_commit: int, *, jobdeck_s
             elapsed += time.perf_counter() - t
         conn.close()
     return rows / elapsed
+
+
+def sqlite_single_commit_rate(directory: Path, seconds: float) -> tuple[float, float]:
+    """Durable one-row commits per second on the data disk, one after another (WAL,
+    synchronous=FULL, the JobDeck schema: one job and its event a commit), and their p50 in ms:
+    the ceiling of sequential single submits on SQLite at this moment, whatever the server does."""
+    from core.store._sqlite_writer import migrate
+
+    with tempfile.TemporaryDirectory(prefix="sqlite-single-", dir=directory) as tmp:
+        conn = _connect(Path(tmp) / "single.db")
+        migrate(conn)
+        insert_job = f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
+        insert_event = "INSERT INTO events (seq, ts, type, job_id, queue, body) VALUES (?, ?, ?, ?, ?, ?)"
+        times: list[float] = []
+        now = time.time()
+        end = time.perf_counter() + seconds
+        i = 0
+        while time.perf_counter() < end:
+            i += 1
+            t = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(insert_job, _job_row(i, now))
+            conn.execute(insert_event, _event_row(i, i, now))
+            conn.execute("COMMIT")
+            times.append(time.perf_counter() - t)
+        conn.close()
+    times.sort()
+    return len(times) / sum(times), 1000 * times[len(times) // 2]

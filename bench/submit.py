@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import orjson
 
-from bench.baseline import sqlite_insert_rate
+from bench.baseline import sqlite_insert_rate, sqlite_single_commit_rate
 from bench.context import RunContext
 from bench.rawhttp import build_request, request_rate
 from bench.report import Figure, percentile
@@ -99,4 +99,13 @@ async def single_submit(ctx: RunContext) -> list[Figure]:
             figures.append(Figure("single submit", f"POST / healthz, {clients}",
                                   (post.value or 0.0) / max(healthz.value or 0.0, 1e-9), "ratio", None,
                                   "the same server's GET /healthz, measured just after, is the baseline"))  # fmt: skip
+            if concurrency == 1 and ctx.backend.kind == "sqlite":
+                # The other ceiling of a sequential durable submit: the disk's commit (fsync) right now.
+                commit_rate, p50 = sqlite_single_commit_rate(ctx.servers.tmp_root, min(s.single_seconds, 2.0))
+                figures += [
+                    Figure("single submit", "plain SQLite durable commits, 1 after another", commit_rate, "commits/s",
+                           None, f"p50 {p50:.2f} ms; one job + its event a commit, WAL + synchronous=FULL, same disk"),
+                    Figure("single submit", "POST 1 client / plain commits", (post.value or 0.0) / commit_rate,
+                           "ratio", None, "1.0: each submit costs no more than its commit"),
+                ]  # fmt: skip
     return figures
