@@ -278,6 +278,13 @@ def charge(rotation: Rotation, started: list[Candidate], limits: QueueLimits, no
     return changed
 
 
+def forgettable(rotation: Rotation, now: float) -> bool:
+    """Whether some key of a fair queue's rotation is neither ahead of it nor recent (its share row can
+    go): the claim deletes them only then, not on every claim."""
+    cutoff = now - FORGET_AFTER
+    return any(s.served <= rotation.vtime and s.last_at < cutoff for s in (rotation.shares or {}).values())
+
+
 def fetch_per_key(room: int, keys: int) -> int:
     """How many of each key's next jobs a claim of `room` reads: enough for an even share twice over."""
     return room if keys <= 2 else min(room, 2 * math.ceil(room / keys))

@@ -26,6 +26,7 @@ from core.flow import (
     Rotation,
     Share,
     charge,
+    forgettable,
     keyed_claim,
     keys_to_read,
 )
@@ -128,5 +129,6 @@ async def record(c: Conn, claim: KeyedClaim, claimed: set[int], now: float) -> N
         claim.queue, changed, [shares[k].served for k in changed], [shares[k].last_at for k in changed],
     )  # fmt: skip
     await c.execute("UPDATE queues SET fair_vtime = $1 WHERE name = $2", claim.rotation.vtime, claim.queue)
-    await c.execute("DELETE FROM fair_shares WHERE queue = $1 AND served <= $2 AND last_at < $3",
-                    claim.queue, claim.rotation.vtime, now - FORGET_AFTER)  # fmt: skip
+    if forgettable(claim.rotation, now):
+        await c.execute("DELETE FROM fair_shares WHERE queue = $1 AND served <= $2 AND last_at < $3",
+                        claim.queue, claim.rotation.vtime, now - FORGET_AFTER)  # fmt: skip

@@ -29,6 +29,7 @@ from core.flow import (
     Rotation,
     Share,
     charge,
+    forgettable,
     keyed_claim,
     keys_to_read,
 )
@@ -132,5 +133,6 @@ def record(c: sqlite3.Connection, claim: KeyedClaim, claimed: set[int], now: flo
         [(claim.queue, k, shares[k].served, shares[k].last_at) for k in changed],
     )
     c.execute("UPDATE queues SET fair_vtime = ? WHERE name = ?", (claim.rotation.vtime, claim.queue))
-    c.execute("DELETE FROM fair_shares WHERE queue = ? AND served <= ? AND last_at < ?",
-              (claim.queue, claim.rotation.vtime, now - FORGET_AFTER))  # fmt: skip
+    if forgettable(claim.rotation, now):
+        c.execute("DELETE FROM fair_shares WHERE queue = ? AND served <= ? AND last_at < ?",
+                  (claim.queue, claim.rotation.vtime, now - FORGET_AFTER))  # fmt: skip

@@ -18,6 +18,7 @@ from core.flow import (
     agent_claims,
     claim_room,
     default_burst,
+    forgettable,
     held_by_limits,
     parse_bulkheads,
     pick,
@@ -159,3 +160,12 @@ def test_a_concurrency_limit_holds_a_queue_only_when_it_leaves_less_room_than_th
     assert held_by_limits(room, AgentClaim(None, 8, leave=frozenset({"api"})), 8) == {"other"}
     bulkhead = AgentClaim(frozenset({"api"}), 2, caps={"api": 2})
     assert held_by_limits(room, bulkhead, 2) == set(), "the agent's kept slots bind, not the queue's limit"
+
+
+def test_a_fair_claim_forgets_shares_only_when_some_key_is_neither_ahead_nor_recent() -> None:
+    now = 10_000.0
+    recent = Rotation(5.0, {"a": Share(4.0, now - 10), "b": Share(9.0, now - 7200)})
+    assert not forgettable(recent, now), "a is recent, b is ahead of the rotation: both stay"
+    old = Rotation(5.0, {"a": Share(4.0, now - 3601), "b": Share(9.0, now - 7200)})
+    assert forgettable(old, now), "a was served long ago and is behind the rotation: its row can go"
+    assert not forgettable(Rotation(), now)
