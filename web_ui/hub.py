@@ -82,14 +82,12 @@ class Hub:
             return None
         return [c for c in self.changes if c.version > version]
 
-    def alert_now(self) -> tuple[str, str]:
-        """The banner: the latest alert's title and kind while it is recent ("" when there is none)."""
+    def alert_now(self) -> tuple[str, str, float]:
+        """The banner: the latest alert's title, kind and when it came while it is recent ("", "", 0
+        when there is none). Each browser session dismisses it for itself (by that time)."""
         if self.alert is None or time.time() - self.alert[0] > ALERT_SHOWN_FOR:
-            return "", ""
-        return self.alert[1], self.alert[2]
-
-    def dismiss_alert(self) -> None:
-        self.alert = None
+            return "", "", 0.0
+        return self.alert[1], self.alert[2], self.alert[0]
 
     def session_connected(self, token: str) -> bool:
         """Whether a browser tab (Reflex client token) still has its socket."""

@@ -54,6 +54,7 @@ class AppState(rx.State):
     live_version: int = 0
     alert_title: str = ""  # the latest alert on the live feed (the banner); "" for none
     alert_kind: str = ""
+    alert_dismissed_at: float = 0.0  # the arrival time of the alert this session dismissed
 
     # -- helpers for the page states (plain methods, not events)
 
@@ -115,7 +116,8 @@ class AppState(rx.State):
         return not self.signed_out and "notifications.manage" in self.allowed
 
     def dismiss_alert(self) -> None:
-        HUB.dismiss_alert()
+        """Hide the banner's alert in this session only (a newer alert shows again)."""
+        self.alert_dismissed_at = HUB.alert_now()[2]
         self.alert_title, self.alert_kind = "", ""
 
     @rx.var
@@ -230,7 +232,9 @@ class AppState(rx.State):
                     self.core_error = "" if HUB.connected else (HUB.error or "the core does not answer")
                     self.last_seq = HUB.last_seq
                     self.live_version = version
-                    self.alert_title, self.alert_kind = HUB.alert_now()
+                    title, kind, at = HUB.alert_now()
+                    shown = at != self.alert_dismissed_at
+                    self.alert_title, self.alert_kind = (title, kind) if shown else ("", "")
                     try:
                         if self.core_ok and not was_ok:
                             await self.load_me()

@@ -93,7 +93,12 @@ def test_channels_send_test_the_delivery_log_and_a_live_alert_banner(
     kinds = sorted(p["type"] for _, p in seen.got)
     assert kinds == ["jobdeck.alert", "jobdeck.test"] and all(ok for ok, _ in seen.got), seen.got
 
+    other = open_page("/")  # another session
+    expect(other.locator("#alert-banner")).to_contain_text("invoice-sync", timeout=30_000)
     page.get_by_role("button", name="Dismiss").click()
+    expect(banner).to_have_count(0)
+    other.reload()  # dismissed in one session only: the other still has it
+    expect(other.locator("#alert-banner")).to_contain_text("invoice-sync", timeout=30_000)
     expect(banner).to_have_count(0)
 
 
