@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 from core.client import JobDeckClient
 from tests.web_ui.conftest import Dashboard, start_core
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # the first test may wait for the build
 OpenPage = Callable[..., Page]
 
 
