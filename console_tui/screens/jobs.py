@@ -164,7 +164,7 @@ class JobsView(JobActions, View):
     # -- live updates
 
     def apply_events(self, events: list[Json]) -> None:
-        if not self.loaded:
+        if not self.loaded or not self.query("#table"):  # not read yet, or the app is closing: its table is gone
             return
         latest: dict[int, Json] = {}
         created: dict[int, float] = {}
