@@ -66,7 +66,7 @@ SELECT i, 'report-' || (i % 20) || '.daily', CASE WHEN i % 10 = 8 THEN 'held-' |
        i % 3, {now} - 86400 + i * 0.001, {now} + 86400 + i % 3600, {now} - {jobs} * 0.01 + i * 0.01, {now},
        1, 3, 1, 3600, '{{"kind": "shell", "argv": ["true"]}}'{json},
        (CASE WHEN i % 10 < 7 THEN '["common"]' WHEN i % 100 = 97 THEN '["rare"]' ELSE '[]' END){json},
-       {now} - 86400 + i * 0.001,
+       CASE WHEN i % 10 = 0 THEN {now} - 40 * 86400 + i * 0.001 - (i % 7) ELSE {now} - 86400 + i * 0.001 END,
        CASE WHEN i % 10 = 0 THEN {now} - 40 * 86400 + i * 0.001 ELSE {now} - 86400 + i * 0.001 + (i % 7) END, 3
 FROM n"""
     tags = "tags::text" if json else "tags"
