@@ -19,6 +19,12 @@ from core.protocol import ChannelClosed, Message
 P = ParamSpec("P")
 
 
+#: A pooled connection is reused only this long after its last answer: less than the node's
+#: keep-alive (uvicorn's 5 s), so a request never goes out on a connection the node is closing
+#: (the schedules bench, 20 creates at a time at a load of 15, got a ReadError from that race).
+KEEPALIVE_SECONDS = 4.0
+
+
 class Enqueueable(Protocol[P]):
     """Anything that can describe a job from call arguments (an `agents.sdk.Task`)."""
 
@@ -161,8 +167,9 @@ class JobDeckClient:
         self._tls = tls_context(self.ca_file) if self.server.startswith("https://") else None
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
-            base_url=self.server, headers=headers, timeout=timeout, verify=self._tls if self._tls else True
-        )
+            base_url=self.server, headers=headers, timeout=timeout, verify=self._tls if self._tls else True,
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS),
+        )  # fmt: skip
         self._token = token
 
     async def __aenter__(self) -> JobDeckClient:
