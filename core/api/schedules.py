@@ -232,7 +232,7 @@ async def preview_schedule(schedule_id: ScheduleIdPath, engine: EngineDep,
 
 
 @router.post("/schedules/{schedule_id:id}/backfill", summary="Make the runs of a past range's fire times",
-             response_model=BackfillView)  # fmt: skip
+             response_model=BackfillView, responses=errors(409))  # fmt: skip
 async def backfill_schedule(schedule_id: ScheduleIdPath, body: Backfill, engine: EngineDep) -> JSON:
     """Every fire time in [from, to] (at most 10,000; `to` not in the future) that has no job yet gets
     one: a fire time is made at most once, however often its range is backfilled. `dry_run` only counts."""
