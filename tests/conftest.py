@@ -239,6 +239,21 @@ def recorded_runs(tmp_path: Path) -> list[tuple[str, int, int, float]]:
     return [(w, int(j), int(a), float(t)) for w, j, a, t in rows]
 
 
+def run_spans(tmp_path: Path, cut_off_at: float) -> dict[int, list[tuple[float, float]]]:
+    """Each job's runs as (start, end) from the recorder's notes; a run that never wrote its end
+    (cut off by a kill) ends at `cut_off_at`."""
+    spans: dict[int, list[tuple[float, float]]] = {}
+    starts: dict[tuple[int, int], float] = {}
+    for what, job, attempt, t in recorded_runs(tmp_path):
+        if what == "start":
+            starts[(job, attempt)] = t
+        else:
+            spans.setdefault(job, []).append((starts.pop((job, attempt)), t))
+    for (job, _), t in starts.items():
+        spans.setdefault(job, []).append((t, cut_off_at))
+    return spans
+
+
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A throw-away PostgreSQL database for this test session (tests use a fresh schema in it)."""

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from core.client import JobDeckClient
-from tests.conftest import ServerProcess, free_port, recorded_runs, recorder_task, spawn_jobdeck
+from tests.conftest import ServerProcess, free_port, recorder_task, run_spans, spawn_jobdeck
 
 
 async def _wait_counts(client: JobDeckClient, want: dict[str, int], timeout: float) -> dict[str, int]:
@@ -81,15 +81,7 @@ async def test_sigkill_with_work_in_flight_loses_nothing_and_never_overlaps(tmp_
     finally:
         server.proc.terminate()
         server.proc.wait(15)
-    spans: dict[int, list[tuple[float, float]]] = {}
-    starts: dict[tuple[int, int], float] = {}
-    for what, job, attempt, t in recorded_runs(tmp_path):
-        if what == "start":
-            starts[(job, attempt)] = t
-        else:
-            spans.setdefault(job, []).append((starts.pop((job, attempt)), t))
-    for (job, _), t in starts.items():  # runs cut off by the kill never wrote "end"
-        spans.setdefault(job, []).append((t, killed_at))
+    spans = run_spans(tmp_path, killed_at)
     assert len(spans) == 220
     for job, intervals in spans.items():
         intervals.sort()

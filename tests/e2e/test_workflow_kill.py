@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from core.client import JobDeckClient
-from tests.conftest import free_port, recorded_runs, recorder_task, spawn_agent, spawn_jobdeck
+from tests.conftest import free_port, recorder_task, run_spans, spawn_agent, spawn_jobdeck
 
 FAST = {"JOBDECK_LEASE_SECONDS": "2", "JOBDECK_HEARTBEAT_SECONDS": "0.5", "JOBDECK_REAP_INTERVAL_SECONDS": "0.2"}
 
@@ -53,15 +53,7 @@ async def test_a_server_killed_mid_workflow_comes_back_and_the_workflow_ends_rig
         server.proc.terminate()
         server.proc.wait(15)
 
-    spans: dict[int, list[tuple[float, float]]] = {}
-    starts: dict[tuple[int, int], float] = {}
-    for what, job, attempt, t in recorded_runs(tmp_path):
-        if what == "start":
-            starts[(job, attempt)] = t
-        else:
-            spans.setdefault(job, []).append((starts.pop((job, attempt)), t))
-    for (job, _), t in starts.items():  # runs cut off by the kill never wrote "end"
-        spans.setdefault(job, []).append((t, killed_at))
+    spans = run_spans(tmp_path, killed_at)
     assert set(spans) == set(ids.values()), f"every job ran: {sorted(spans)} vs {sorted(ids.values())}"
     # the parts running at the kill (their runs cross it, or start as it happens: the agent had them)
     # either reached the node after its restart (the agent keeps a result until a node takes it) or were
