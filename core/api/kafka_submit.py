@@ -1,15 +1,16 @@
 """Job submissions from Kafka: every node joins one consumer group on `kafka_submit_topic`.
 
 A message's value is JSON: `{"kind": "job", ...}` with the body of `POST /v1/jobs` beside the
-kind. The kind names the spec so other kinds can share the topic later (a workflow will be
-`{"kind": "workflow", ...}`); an unknown kind is refused like any invalid message.
+kind, or `{"kind": "workflow", "name": ..., "jobs": [...]}` with the body of `POST /v1/workflows`
+(a DAG of jobs, stored whole or not at all); an unknown kind is refused like any invalid message.
 
 Each message is stored with an idempotency key, so a message read twice (a crash, a rebalance)
 makes one job: the spec's own `idempotency_key` if it has one, else the message key when
 `kafka_submit_idempotency = "key"`, else its place in the log
 (`kafka:TOPIC:PARTITION:OFFSET:TIMESTAMP`; the broker's timestamp keeps a re-created topic, whose
-offsets start again at 0, from matching older jobs). Offsets are committed only once the jobs are
-stored. A message that is not a valid spec goes to `<topic>.dlq` (same key and value, the error
+offsets start again at 0, from matching older jobs). A workflow's jobs take that key with `:REF`
+after it, and the store refuses a workflow whose keys exist, so a workflow read twice is stored
+once. Offsets are committed only once the jobs are stored, in the partition's order. A message that is not a valid spec goes to `<topic>.dlq` (same key and value, the error
 in the `jobdeck-error` headers) and the consumer carries on: a poison message never blocks its
 partition. Access to the topic is the broker's (ACLs); JobDeck's sign-in does not apply, and with
 sign-in on every stored batch is in the audit log as the actor `kafka`.
@@ -21,14 +22,15 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import ValidationError
 
-from core.api.schemas import JobCreate
+from core.api.schemas import JobCreate, WorkflowCreate
 from core.config import Settings
-from core.errors import JobDeckError, Unavailable
+from core.errors import Conflict, JobDeckError, Unavailable
 from core.obs import logs
 from core.store import audit
 
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobdeck.kafka")
 
-MESSAGE_KINDS = ("job",)  # "workflow" joins when workflows exist
+MESSAGE_KINDS = ("job", "workflow")
 FETCH_RECORDS = 500  # messages taken per read; stored as one batch per partition
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
 HEADER_PREFIX = "jobdeck-"
@@ -53,8 +55,20 @@ class BadMessage(Exception):
         self.message, self.field = message, field
 
 
-def parse_submission(value: bytes | None) -> dict[str, Any]:
-    """The job spec a message holds (as `engine.submit` takes it), or BadMessage saying what is wrong."""
+@dataclass
+class WorkflowSubmission:
+    """A workflow a message holds: its name and its jobs' specs (as `engine.submit_workflow` takes them)."""
+
+    name: str
+    jobs: list[dict[str, Any]]
+
+
+Submission = dict[str, Any] | WorkflowSubmission  # a job's spec, or a workflow
+
+
+def parse_submission(value: bytes | None) -> Submission:
+    """The job spec (as `engine.submit` takes it) or the workflow a message holds, or BadMessage
+    saying what is wrong."""
     if not value:
         raise BadMessage('the message has no value: send JSON like {"kind": "job", "task": {...}}')
     try:
@@ -69,13 +83,15 @@ def parse_submission(value: bytes | None) -> dict[str, Any]:
     if kind not in MESSAGE_KINDS:
         raise BadMessage(f"kind {kind!r} is not one of: {', '.join(MESSAGE_KINDS)}", field="kind")
     try:
-        job = JobCreate.model_validate(doc)
+        if kind == "workflow":
+            wf = WorkflowCreate.model_validate(doc)
+            return WorkflowSubmission(wf.name, wf.specs())
+        return JobCreate.model_validate(doc).to_spec()
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"] if p not in ("shell", "http", "python")) or None
         msg = "this field is required" if first["type"] == "missing" else str(first["msg"])
         raise BadMessage(f"{field or 'value'}: {msg.removeprefix('Value error, ')}", field=field) from None
-    return job.to_spec()
 
 
 def _traceparent(msg: ConsumerRecord[bytes, bytes]) -> str | None:
@@ -182,19 +198,24 @@ class KafkaSubmissions:
     async def _take(self, tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
         """Store the good messages, dead-letter the bad, then commit past them all."""
         assert self._consumer is not None
-        good: list[tuple[ConsumerRecord[bytes, bytes], dict[str, Any]]] = []
+        good: list[tuple[ConsumerRecord[bytes, bytes], Submission]] = []
         bad: list[tuple[ConsumerRecord[bytes, bytes], BadMessage]] = []
         for m in messages:
             try:
-                spec = parse_submission(m.value)
+                sub = parse_submission(m.value)
             except BadMessage as exc:
                 bad.append((m, exc))
                 continue
-            spec.setdefault("idempotency_key", idempotency_key(m, self.by_key))
-            good.append((m, spec))
+            key = idempotency_key(m, self.by_key)
+            if isinstance(sub, WorkflowSubmission):
+                for spec in sub.jobs:
+                    spec.setdefault("idempotency_key", f"{key}:{spec['ref']}")
+            else:
+                sub.setdefault("idempotency_key", key)
+            good.append((m, sub))
         try:
             bad += await self._store(good)
-            for m, why in bad:
+            for m, why in sorted(bad, key=lambda b: b[0].offset):  # in the partition's order
                 await self._dead_letter(m, why)
         except Exception:
             # Nothing is committed: these messages are read again (their jobs are not stored twice).
@@ -203,6 +224,45 @@ class KafkaSubmissions:
         await self._consumer.commit({tp: messages[-1].offset + 1})
 
     async def _store(
+        self, good: list[tuple[ConsumerRecord[bytes, bytes], Submission]]
+    ) -> list[tuple[ConsumerRecord[bytes, bytes], BadMessage]]:
+        """Store the submissions in the partition's order: each run of jobs between workflows as
+        one batch, each workflow in its own transaction. The refused ones are returned to be
+        dead-lettered; Unavailable (the store is away) is raised."""
+        refused: list[tuple[ConsumerRecord[bytes, bytes], BadMessage]] = []
+        jobs: list[tuple[ConsumerRecord[bytes, bytes], dict[str, Any]]] = []
+        for m, sub in good:
+            if isinstance(sub, WorkflowSubmission):
+                refused += await self._store_jobs(jobs)
+                jobs = []
+                why = await self._store_workflow(m, sub)
+                if why is not None:
+                    refused.append((m, why))
+            else:
+                jobs.append((m, sub))
+        refused += await self._store_jobs(jobs)
+        return refused
+
+    async def _store_workflow(self, m: ConsumerRecord[bytes, bytes], wf: WorkflowSubmission) -> BadMessage | None:
+        """Store one workflow; a workflow stored before (its keys exist) counts as a duplicate."""
+        token = logs.traceparent.set(_traceparent(m))
+        try:
+            await self.engine.submit_workflow(wf.name, wf.jobs)
+        except Unavailable:
+            raise
+        except Conflict as exc:
+            if exc.field != "idempotency_key":
+                return BadMessage(exc.message, exc.field)  # e.g. a unique key another job holds
+            self.duplicates += len(wf.jobs)
+            return None
+        except JobDeckError as exc:  # a cycle, an unknown ref: named like POST /v1/workflows names it
+            return BadMessage(exc.message, exc.field)
+        finally:
+            logs.traceparent.reset(token)
+        self.taken += len(wf.jobs)
+        return None
+
+    async def _store_jobs(
         self, good: list[tuple[ConsumerRecord[bytes, bytes], dict[str, Any]]]
     ) -> list[tuple[ConsumerRecord[bytes, bytes], BadMessage]]:
         """Submit the specs as one batch; if the engine refuses one, each alone (the refused ones

@@ -260,7 +260,7 @@ class Relay:
             await self._retry_later(exc, "cannot deliver to")
             return -1
         self._backoff = BACKOFF_FIRST
-        self._recovered()
+        self._recovered(events[0])
         self.acked = max(self.acked, upto)
         self._buffer = [e for e in self._buffer if e.seq is not None and e.seq > upto]
         await self._write_position(due_only=True)
@@ -359,8 +359,9 @@ class Relay:
         else:
             log.debug("%s relay: %s the sink: %s", self.sink.name, what, reason)
 
-    def _recovered(self) -> None:
+    def _recovered(self, oldest: Event) -> None:
         if self._down_since is not None:
-            log.info("%s relay: the sink answers again after %.1f s; delivering from seq %d", self.sink.name,
-                     time.monotonic() - self._down_since, self.acked + 1)  # fmt: skip
+            log.info("%s relay: the sink answers again after %.1f s; it was %.1f s behind, delivering from seq %d",
+                     self.sink.name, time.monotonic() - self._down_since, max(0.0, self.clock() - oldest.ts),
+                     oldest.seq)  # fmt: skip
             self._down_since = None

@@ -9,6 +9,9 @@ import contextlib
 import json
 import logging
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +114,10 @@ async def test_a_node_starts_with_the_broker_down_says_so_once_and_relays_when_i
                     last = (await client.health())["last_seq"]
                     await until(lambda: got.seqs() >= set(range(1, last + 1)), 20, "every seq once Kafka is up")
                     assert_in_order_per_key(got.messages)
-            assert any("answers again" in r.getMessage() for r in caplog.records), "the log says it is back"
+            back = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
+            assert back, "the log says it is back"
+            behind = re.search(r"it was ([0-9.]+) s behind, delivering from seq 1$", back[0])
+            assert behind and float(behind.group(1)) >= 1.5, f"the log says how far behind it was: {back[0]}"
     finally:
         await stop_node(node, task)
 
@@ -188,4 +194,95 @@ async def test_a_broker_stopped_mid_stream_loses_nothing_and_keeps_each_jobs_ord
             with contextlib.suppress(asyncio.CancelledError):
                 await loader
     finally:
+        await stop_node(node, task)
+
+
+async def test_one_topic_per_family_keyed_by_what_each_event_is_about(broker: TansuBroker, tmp_path: Path) -> None:
+    """kafka_topics = per-family: job events on jobdeck.events.jobs keyed by job id, a schedule's on
+    .schedules ("schedule:ID"), a workflow's on .workflows ("workflow:ID"), a queue's on .queues,
+    an agent's on .agents."""
+    families = ("jobs", "schedules", "workflows", "queues", "agents")
+    node, url, task = await start_node(kafka_settings(tmp_path, broker.bootstrap, kafka_topics="per-family"))
+    try:
+        topics = [f"jobdeck.events.{f}" for f in families]
+        async with JobDeckClient(url) as client, Collector(broker.bootstrap, "jobdeck.events", *topics) as got:
+            job = await client.submit(NOOP)
+            schedule = await client.create_schedule({"name": "hourly", "cron": "0 * * * *", "job": NOOP})
+            wf = await client.submit_workflow("pair", [{"ref": "a", **NOOP}, {"ref": "b", "depends_on": ["a"], **NOOP}])
+            await client.wait_for(wf["ids"]["b"], timeout=30)
+            await client.queue_action("default", "pause")
+
+            async def all_relayed() -> bool:
+                last = (await client.health())["last_seq"]
+                return got.seqs() >= set(range(1, last + 1))
+
+            await until(all_relayed, 20, "every committed seq on the family topics")
+            assert not got.values("jobdeck.events"), "nothing on the single topic"
+            by_topic: dict[str, set[str]] = {}
+            for m in got.messages:
+                v = json.loads(m.value)
+                EVENT_VALUE.validate(v)
+                by_topic.setdefault(m.topic, set()).add(v["type"].split(".")[0])
+                if m.topic.endswith(".jobs"):
+                    assert m.key == str(v["job_id"]).encode(), (m.key, v)
+                elif m.topic.endswith(".schedules"):
+                    assert m.key == f"schedule:{schedule['id']}".encode(), (m.key, v)
+                elif m.topic.endswith(".workflows"):
+                    assert m.key == f"workflow:{wf['workflow']['id']}".encode(), (m.key, v)
+                elif m.topic.endswith(".queues"):
+                    assert m.key == b"queue:default", (m.key, v)
+                else:
+                    assert m.key == b"agent:test-agent", (m.key, v)
+            assert by_topic == {
+                "jobdeck.events.jobs": {"job"}, "jobdeck.events.schedules": {"schedule"},
+                "jobdeck.events.workflows": {"workflow"}, "jobdeck.events.queues": {"queue"},
+                "jobdeck.events.agents": {"agent"},
+            }, by_topic  # fmt: skip
+            assert job["id"] in {v["job_id"] for v in got.values("jobdeck.events.jobs")}
+    finally:
+        await stop_node(node, task)
+
+
+def readme_consumer(bootstrap: str) -> str:
+    """The README's "plain aiokafka consumer" example, pointed at `bootstrap`."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("Reading the stream with a plain aiokafka consumer")
+    code = re.search(r"```python\n(.*?)```", text[start:], re.S)
+    assert code, "the README's consumer example is a python block"
+    assert '"localhost:9092"' in code.group(1)
+    return code.group(1).replace('"localhost:9092"', repr(bootstrap))
+
+
+async def test_the_readme_consumer_example_prints_every_event_once(broker: TansuBroker, tmp_path: Path) -> None:
+    """Run as written: it reads jobdeck.events with its own consumer group, and prints each event
+    (seq, type, job id, state) once, in seq order per job."""
+    await create_topic(broker.bootstrap, "jobdeck.events", 2)
+    node, url, task = await start_node(kafka_settings(tmp_path, broker.bootstrap))
+    script = tmp_path / "consume.py"
+    script.write_text(readme_consumer(broker.bootstrap))
+    out_path = tmp_path / "consume.out"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        async with JobDeckClient(url) as client:
+            ids = (await client.submit_batch([NOOP] * 5))["ids"]
+            for i in ids:
+                await client.wait_for(i, timeout=30)
+            last = (await client.health())["last_seq"]
+
+            def printed() -> list[list[str]] | None:
+                lines = [ln.split() for ln in out_path.read_text().splitlines() if ln.strip()]
+                return lines if {int(ln[0]) for ln in lines if ln[0].isdigit()} >= set(range(1, last + 1)) else None
+
+            lines = await until(printed, 40, f"the example to print seqs 1..{last}")
+            assert all(ln[0].isdigit() and len(ln) == 4 for ln in lines), lines  # no traceback, no other output
+            seqs = [int(ln[0]) for ln in lines]
+            assert len(seqs) == len(set(seqs)), "each event printed once"
+            for i in ids:
+                mine = [(int(ln[0]), ln[1], ln[3]) for ln in lines if ln[2] == str(i)]
+                assert [s for s, _, _ in mine] == sorted(s for s, _, _ in mine), mine
+                assert mine[0][1:] == ("job.created", "queued") and mine[-1][1:] == ("job.succeeded", "succeeded"), mine
+    finally:
+        proc.kill()
+        proc.wait(10)
         await stop_node(node, task)
