@@ -108,6 +108,7 @@ class AgentRuntime:
         self.instance = self.state.instance() if self.state else uuid.uuid4().hex
         self.tasks: dict[int, tuple[int, asyncio.Task[None]]] = {}  # job id -> (attempt, task)
         self._cancelled: set[tuple[int, int]] = set()
+        self._refused: dict[tuple[int, int], str] = {}  # runs the core stopped as not ours, and why
         # Finished reports (with their rough size) no core has acknowledged, in the order they
         # finished; those of them to send on this connection; when each was last sent.
         self._unacked: dict[tuple[int, int], tuple[Message, int]] = {}
@@ -227,7 +228,7 @@ class AgentRuntime:
                 elif kind == "result_ack":
                     self._acknowledged(msg["results"])
                 elif kind == "cancel":
-                    self._cancel(int(msg["job_id"]), int(msg["attempt"]))
+                    self._cancel(int(msg["job_id"]), int(msg["attempt"]), msg.get("reason"))
                 elif kind == "drain":
                     log.info("the core asked this agent to drain: no new work")
                     self._stopping = True
@@ -267,11 +268,18 @@ class AgentRuntime:
         task = asyncio.create_task(self._run_one(a), name=f"job-{job_id}")
         self.tasks[job_id] = (attempt, task)
 
-    def _cancel(self, job_id: int, attempt: int) -> None:
+    def _cancel(self, job_id: int, attempt: int, refusal: str | None = None) -> None:
+        """Stop a run: cancelled by request, or refused (`refusal`: why the core will not let this
+        attempt go on here, e.g. a newer attempt started while we were out of touch)."""
         entry = self.tasks.get(job_id)
-        if entry is not None and entry[0] == attempt:
+        if entry is None or entry[0] != attempt:
+            return
+        if refusal:
+            log.warning("the core stopped job %s attempt %s: %s", job_id, attempt, refusal)
+            self._refused[(job_id, attempt)] = refusal
+        else:
             self._cancelled.add((job_id, attempt))
-            entry[1].cancel()
+        entry[1].cancel()
 
     async def _run_one(self, a: Message) -> None:
         job_id, attempt = int(a["job_id"]), int(a["attempt"])
@@ -326,6 +334,8 @@ class AgentRuntime:
         except asyncio.CancelledError:
             if key in self._cancelled:
                 report.update(outcome="cancelled", error="cancelled by request")
+            elif key in self._refused:
+                report.update(outcome="lost", error=f"stopped by the core: {self._refused[key]}")
             elif key in self._fenced:
                 report.update(outcome="lost", error="the agent lost contact with the core for a whole lease")
             elif self._stopping:
@@ -337,6 +347,7 @@ class AgentRuntime:
             report.update(outcome="failed", error=f"{type(exc).__name__}: {exc}")
         finally:
             self._cancelled.discard(key)
+            self._refused.pop(key, None)
             self._fenced.discard(key)
             if self.tasks.get(job_id, (None,))[0] == attempt:
                 del self.tasks[job_id]

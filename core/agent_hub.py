@@ -16,7 +16,16 @@ from core.agent_session import AgentSession
 from core.breaker import breaker_key
 from core.errors import JobDeckError, NotFound
 from core.flow import UNLIMITED, Bucket, waiting_reason
-from core.model import Job, RunResult, decide_finish, decide_hand_back, decide_lost, labels_satisfied, labels_text
+from core.model import (
+    Job,
+    RunResult,
+    decide_finish,
+    decide_hand_back,
+    decide_lost,
+    labels_satisfied,
+    labels_text,
+    stale_run_reason,
+)
 from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed
 from core.store.base import Decide, JobFilter, ephemeral_event
 
@@ -174,11 +183,7 @@ class AgentHub:
             if (job_id, attempt) not in stale:
                 session.running[job_id] = attempt
             else:
-                log.warning(
-                    "agent %s still runs job %s attempt %s, whose lease it lost: stopping it",
-                    session.name, job_id, attempt,
-                )  # fmt: skip
-                await session.cancel(job_id, attempt)
+                await self._refuse_run(session, job_id, attempt)
 
     async def reclaim_orphans(self, prefix: str, current: str) -> None:
         """Right after start: runs of this node's earlier local agents (named `prefix`...) died with
@@ -376,7 +381,17 @@ class AgentHub:
             if (job_id, attempt) in done:
                 continue  # its result is on its way; the fence decides when it arrives
             session.running.pop(job_id, None)
-            await session.cancel(job_id, attempt)
+            await self._refuse_run(session, job_id, attempt)
+
+    async def _refuse_run(self, session: AgentSession, job_id: int, attempt: int) -> None:
+        """The agent reports a run whose lease is not its own any more: stop it, saying why (the agent
+        logs the reason). A newer attempt may run elsewhere, so this one must not go on."""
+        try:
+            reason = stale_run_reason(await self.store.get_job(job_id), attempt, session.name)
+        except NotFound:
+            reason = f"job {job_id} attempt {attempt} is no longer agent {session.name}'s to run: the job was deleted"
+        log.warning("stopping a run agent %s reported: %s", session.name, reason)
+        await session.cancel(job_id, attempt, reason)
 
     def record_output(self, session: AgentSession, chunks: list[list[Any]]) -> None:
         """Live output of running jobs: kept as a tail per attempt and streamed on the feed."""

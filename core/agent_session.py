@@ -108,8 +108,12 @@ class AgentSession:
         extras = extras or {}
         await self.channel.send({"type": "assign", "jobs": [assignment(j, extras.get(j.id)) for j in jobs]})
 
-    async def cancel(self, job_id: int, attempt: int) -> None:
-        await self.channel.send({"type": "cancel", "job_id": job_id, "attempt": attempt})
+    async def cancel(self, job_id: int, attempt: int, reason: str | None = None) -> None:
+        """Stop a run: cancelled by request, or (with `reason`) refused: its attempt is not this agent's."""
+        msg: Message = {"type": "cancel", "job_id": job_id, "attempt": attempt}
+        if reason:
+            msg["reason"] = reason
+        await self.channel.send(msg)
 
     async def serve(self) -> None:
         """Handle the agent's messages until it disconnects."""

@@ -425,6 +425,21 @@ def stale_result_reason(job: Job, res: RunResult) -> str:
     return f"{head}: the attempt was recorded lost ({job.last_error}) and the job is {job.state}"
 
 
+def stale_run_reason(job: Job, attempt: int, agent: str) -> str:
+    """Why `agent` may not go on with attempt `attempt` of `job`, which it reports running (at a
+    reconnect, or in a heartbeat): the attempt number is the fence, as for results."""
+    head = f"job {job.id} attempt {attempt} is no longer agent {agent}'s to run"
+    if job.attempt > attempt:
+        return f"{head}: attempt {job.attempt} has started since"
+    if job.attempt < attempt:
+        return f"{head}: the job is at attempt {job.attempt}"
+    if job.state != S.RUNNING:
+        if job.started_at is not None:
+            return f"{head}: the attempt's result is recorded already (the job is {job.state})"
+        return f"{head}: the attempt was recorded lost ({job.last_error}) and the job is {job.state}"
+    return f"{head}: its lease is agent {job.agent}'s"
+
+
 def decide_finish(job: Job, res: RunResult, now: float, policy: Policy, rng: random.Random | None = None) -> Change:
     """Record the end of an attempt: success, a retry with backoff, the dead-letter set, or cancelled.
     Only the job's current attempt may finish: while it runs, or (a late success) once recorded lost."""

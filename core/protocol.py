@@ -8,6 +8,10 @@ Results are acknowledged: after the store committed a batch (or refused some of 
 answers `result_ack` with [job_id, attempt, refusal] per result (refusal None: recorded). The
 agent holds every result until then, and lists the held ones as `finished` in its register
 and heartbeat messages (their leases are extended as the running ones' are).
+
+The runs an agent reports (`running` in register and heartbeat) are fenced the same way: one
+whose attempt is no longer the agent's (its lease ran out and a newer attempt started, or the
+attempt was recorded lost) is stopped with a `cancel` that carries the `reason`; the agent logs it.
 """
 
 from __future__ import annotations

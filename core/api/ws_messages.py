@@ -230,6 +230,9 @@ class Cancel(BaseModel):
     type: Literal["cancel"]
     job_id: int
     attempt: int
+    reason: str | None = Field(
+        None, description="set when the run is refused, not cancelled: why the attempt is no longer this agent's"
+    )
 
 
 class ResultAck(BaseModel):

@@ -5,6 +5,8 @@ the result is a real TCP proxy."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -257,4 +259,51 @@ async def test_a_restart_waits_for_the_name_its_dead_process_still_holds(tmp_pat
     finally:
         _stop(agent)
         await proxy.close()
+        server.kill()
+
+
+async def test_a_run_reported_after_a_newer_attempt_started_is_stopped_and_the_agent_logs_why(tmp_path: Path) -> None:
+    """The "started" side of the fence: an agent frozen (SIGSTOP) past its lease comes back still
+    running attempt 1 while attempt 2 runs on another agent. The core refuses attempt 1 with the
+    reason, which the agent logs; the run stops and its late report changes nothing."""
+    server = spawn_jobdeck(tmp_path / "data", "server", env={**LEASES, "JOBDECK_LEASE_SECONDS": "3"})
+    frozen = spawn_agent(server.url, "frozen", tmp_path, "--heartbeat", "1", "--slots", "1")
+    other: subprocess.Popen[str] | None = None
+    try:
+        async with JobDeckClient(server.url) as c:
+            await until(lambda: _registered(c, "frozen"), 30, "the agent to register")
+            job = await c.submit({"task": recorder_task(tmp_path, 20), "backoff": {"base": 0.1, "cap": 0.1}})
+            await until(lambda: len(recorded_runs(tmp_path)) == 1, 30, "attempt 1 to start")
+            frozen.send_signal(signal.SIGSTOP)
+            other = spawn_agent(server.url, "other", tmp_path, "--heartbeat", "1", "--slots", "1")
+
+            async def second_started() -> list[dict[str, object]] | None:
+                attempts = await c.attempts(job["id"])
+                return attempts if len(attempts) == 2 and len(recorded_runs(tmp_path)) == 2 else None
+
+            attempts = await until(second_started, 30, "attempt 2 to start on the other agent (a lease is 3 s)")
+            frozen.send_signal(signal.SIGCONT)
+            log = tmp_path / "agent-frozen.log"
+            stopped = (
+                f"the core stopped job {job['id']} attempt 1: job {job['id']} attempt 1 is no longer agent frozen's"
+            )
+            await until(lambda: stopped in log.read_text(), 30, "the agent to log why its run was stopped")
+            refused = f"did not record the result of job {job['id']} attempt 1"
+            await until(lambda: refused in log.read_text(), 30, "the agent to log the refusal of its late report")
+            text = log.read_text()
+            after = await c.attempts(job["id"])
+        line = next(ln for ln in text.splitlines() if stopped in ln)
+        assert "to run: attempt 2 has started since" in line, line
+        assert [(a["agent"], a["outcome"]) for a in attempts] == [("frozen", "lost"), ("other", "running")], attempts
+        assert [(a["agent"], a["outcome"], a["error"]) for a in after] == [
+            (a["agent"], a["outcome"], a["error"]) for a in attempts
+        ], f"the stopped run's late report must change nothing: {attempts} -> {after}"
+        ends = [(j, a) for w, j, a, _ in recorded_runs(tmp_path) if w == "end"]
+        assert (job["id"], 1) not in ends, f"attempt 1 was stopped and must not have run to its end: {ends}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            frozen.send_signal(signal.SIGCONT)
+        _stop(frozen)
+        if other is not None:
+            _stop(other)
         server.kill()

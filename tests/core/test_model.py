@@ -35,6 +35,7 @@ from core.model import (
     decide_resume,
     decide_retry,
     sort_key,
+    stale_run_reason,
 )
 
 POLICY = Policy(aging_seconds_per_priority=60.0, lease_seconds=30.0)
@@ -400,6 +401,28 @@ def test_a_stale_result_is_refused_saying_why(state: str, attempt: int, why: str
     with pytest.raises(Conflict) as info:
         decide_finish(job, RunResult(job.id, attempt, "succeeded"), NOW, POLICY)
     assert info.value.message == f"result of job {job.id} attempt {attempt} not recorded: {why}"
+
+
+@pytest.mark.parametrize(
+    ("state", "attempt", "started_at", "why"),
+    [
+        ("running", 1, NOW - 5, "attempt 2 has started since"),
+        ("running", 3, NOW - 5, "the job is at attempt 2"),
+        ("succeeded", 2, NOW - 5, "the attempt's result is recorded already (the job is succeeded)"),
+        ("failed", 2, None, "the attempt was recorded lost (lease expired) and the job is failed"),
+        ("running", 2, None, "its lease is agent agent-b's"),
+    ],
+)
+def test_a_run_an_agent_reports_that_is_not_its_own_is_refused_saying_why(
+    state: str, attempt: int, started_at: float | None, why: str
+) -> None:
+    """The "started" side of the fence: a run an agent still reports (at a reconnect, in a heartbeat)
+    whose lease is not its own any more is stopped with this reason, which the agent logs."""
+    job = make_job(state=state, attempt=2, agent="agent-b", started_at=started_at, last_error="lease expired")
+    assert (
+        stale_run_reason(job, attempt, "agent-a")
+        == f"job {job.id} attempt {attempt} is no longer agent agent-a's to run: {why}"
+    )
 
 
 @pytest.mark.parametrize("attempts_left", [True, False])
