@@ -73,6 +73,22 @@ ACTIONS: tuple[ActionSpec, ...] = (
         help="act on every job matching the filter",
     ),
     ActionSpec(
+        "new_schedule",
+        "n",
+        "New schedule",
+        ("schedules",),
+        "schedules.write",
+        help="a form: cron, interval or once, zone, policies, exclusions; the fire times previewed as you type",
+    ),
+    ActionSpec(
+        "edit_schedule",
+        "e",
+        "Edit",
+        ("schedules",),
+        "schedules.write",
+        help="the cursor schedule in that form; only what changed is sent (from its next fire time on)",
+    ),
+    ActionSpec(
         "run_now",
         "x",
         "Run now",
@@ -121,7 +137,8 @@ BY_NAME = {a.name: a for a in ACTIONS}
 # Which permission an action needs depends on what it acts on.
 PERMISSION_BY_VIEW = {"queues": {"pause": "queues.pause", "resume": "queues.pause"},
                       "schedules": {"pause": "schedules.write", "resume": "schedules.write",
-                                    "run_now": "schedules.write", "backfill": "schedules.write"}}  # fmt: skip
+                                    "run_now": "schedules.write", "backfill": "schedules.write",
+                                    "new_schedule": "schedules.write", "edit_schedule": "schedules.write"}}  # fmt: skip
 
 KEY_LABELS = {"plus": "+", "minus": "-", "equals_sign": "=", "space": "space", "slash": "/",
               "right_square_bracket": "]", "left_square_bracket": "[", "enter": "enter"}  # fmt: skip

@@ -1,5 +1,5 @@
-"""The Schedules view: timing, next fire times, paused, last result; pause, resume, run now,
-backfill (a dry-run count first); and a preview panel: the cursor schedule's next fire times,
+"""The Schedules view: timing, next fire times, paused, last result; new and edit (a form with a
+live preview, screens/schedule_form.py), pause, resume, run now, backfill (a dry-run count first); and a preview panel: the cursor schedule's next fire times,
 local and UTC, with what a policy or the clocks do to them."""
 
 from __future__ import annotations
@@ -188,6 +188,28 @@ class SchedulesView(TableView):
         if s := self.current():
             await self.call(self.console.client.schedule_action(s["id"], "resume"), f"schedule {s['name']} resumed")
             await self.reload()
+
+    def action_new_schedule(self) -> None:
+        from console_tui.screens.schedule_form import ScheduleFormScreen
+
+        self.app.push_screen(ScheduleFormScreen(), self._saved)
+
+    def action_edit_schedule(self) -> None:
+        from console_tui.screens.schedule_form import ScheduleFormScreen
+
+        if s := self.current():
+            self.app.push_screen(ScheduleFormScreen(s), self._saved)
+
+    def _saved(self, saved: Json | None) -> None:
+        if saved is not None:
+            self.run_worker(self._show_saved(saved))
+
+    async def _show_saved(self, saved: Json) -> None:
+        await self.reload()
+        key = str(saved["id"])
+        if key in self.items:
+            self.table.move_cursor(row=self.table.get_row_index(key))
+        self.load_preview()  # an edit of the cursor row: its panel shows the new timing
 
     async def action_run_now(self) -> None:
         if s := self.current():
