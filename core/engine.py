@@ -409,9 +409,6 @@ class Engine:
                                 dry_run: bool) -> tuple[list[float], BackfillResult]:  # fmt: skip
         """Make the runs of every fire time in [start, end] (past) that has none (see core/schedule/backfill.py)."""
         s = await self.store.get_schedule(schedule_id)
-        if "workflow" in s.job and overlap not in ("skip", "allow"):
-            raise Conflict(f"schedule {schedule_id} fires a workflow: backfill it with overlap 'skip' or 'allow', "
-                           f"not {overlap!r} (a workflow run is not buffered)", field="overlap")  # fmt: skip
         now = self.clock()
         times = backfill_times(s, start, end, now)
         with self.tracing.submit(len(times)) as traceparent:  # one trace for the backfill's jobs

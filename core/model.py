@@ -35,7 +35,9 @@ S = JobState
 
 #: The one table of legal transitions. Every state change of a job is checked against it.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    S.BLOCKED: frozenset({S.QUEUED, S.SCHEDULED, S.CANCELLED, S.PAUSED, S.SKIPPED}),
+    # blocked -> succeeded / dead: a scheduled workflow run's end job ends in place with its workflow's
+    # outcome once every job of it ended (core/workflow.py, decide_run_end); it never runs on an agent
+    S.BLOCKED: frozenset({S.QUEUED, S.SCHEDULED, S.CANCELLED, S.PAUSED, S.SKIPPED, S.SUCCEEDED, S.DEAD}),
     S.SCHEDULED: frozenset({S.QUEUED, S.CANCELLED, S.PAUSED}),
     S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.PAUSED}),
     # running -> queued: an agent handed the job back unstarted (drain); -> scheduled: claimed while the

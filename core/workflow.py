@@ -137,6 +137,8 @@ def decide_release(job: Job, now: float, policy: Policy) -> Change | None:
         return change
     if job.deps_left > 0:
         return None
+    if job.ref == RUN_END_REF:
+        return decide_run_end(job, now)
     if failed is not None and job.on_parent_failure == "skip":
         why = f"skipped: parent job {failed} ended dead or cancelled"
         change = _move(job, S.SKIPPED, "skip", now, finished_at=now, last_error=why, ended_by_parent=failed)
@@ -315,11 +317,59 @@ RUN_END_TASK = {"kind": "python", "function": "agents.builtin:noop"}
 
 def run_end_spec(schedule_name: str, template: Mapping[str, Any], run_at: float | None) -> dict[str, Any]:
     """The job a workflow schedule's fire time makes: its run's *end job*. It waits on every job of the
-    workflow and runs (a no-op) once all have ended, whatever their outcome, so the run counts as going
-    for the overlap policy exactly while its workflow does. `run_at` (the fire time plus jitter) is
-    when the workflow's first jobs may start."""
+    workflow and ends in place once all have ended, whatever their outcome, with the workflow's outcome
+    (decide_run_end), so the run counts as going for the overlap policy exactly while its workflow does
+    and its outcome counts for pause_after_failures. A buffered run is the end job alone until it may
+    start. `run_at` (the fire time plus jitter) is when the workflow's first jobs may start."""
     return {"name": f"{schedule_name}: end of run", "queue": template.get("queue") or "default",
-            "task": dict(RUN_END_TASK), "max_attempts": 1, "on_parent_failure": "run", "run_at": run_at}  # fmt: skip
+            "task": dict(RUN_END_TASK), "max_attempts": 1, "on_parent_failure": "run", "run_at": run_at,
+            "ref": RUN_END_REF}  # fmt: skip
+
+
+def decide_run_end(job: Job, now: float) -> Change:
+    """A scheduled workflow run's end job, once every job of its workflow ended: it ends in place
+    with the workflow's outcome (no agent runs it), so the schedule sees the run's outcome: cancelled
+    if its workflow was cancelled (`cancel_requested`), dead if a job of it ended dead or cancelled
+    (a failed run for pause_after_failures), else succeeded."""
+    if job.cancel_requested:
+        why = f"workflow {job.workflow_id} was cancelled"
+        change = _move(job, S.CANCELLED, "end run", now, finished_at=now, last_error=why, cancel_requested=False)
+        change.data["reason"] = why
+        return change
+    if job.dep_failed is not None:
+        why = f"workflow {job.workflow_id} failed: job {job.dep_failed} ended dead or cancelled"
+        return _move(job, S.DEAD, "end run", now, finished_at=now, last_error=why)
+    return _move(job, S.SUCCEEDED, "end run", now, finished_at=now, last_error=None)
+
+
+def decide_workflow_job(action: str, decide: Callable[[Job], Change], now: float) -> Callable[[Job], Change]:
+    """`decide` for each job a workflow action takes, except that cancelling leaves a scheduled run's
+    end job waiting, marked: it ends (cancelled) once every other job really stopped, so the schedule
+    sees the run going until then (cancel_previous starts the next run only after that)."""
+    if action != "cancel":
+        return decide
+
+    def per_job(job: Job) -> Change:
+        if job.ref == RUN_END_REF and job.state == S.BLOCKED:
+            return Change({"cancel_requested": True, "updated_at": now}, "job.cancel_requested", {"from": job.state})
+        return decide(job)
+
+    return per_job
+
+
+def run_started(job: Job, workflow_id: int, jobs: int, now: float) -> Change:
+    """A buffered workflow run may start: its workflow was made around its end job, which now waits
+    on the workflow's `jobs` (still blocked; for the overlap policy the run is going)."""
+    if job.state != S.BLOCKED or job.ref != RUN_END_REF:
+        raise Conflict(f"job {job.id} is not a buffered workflow run", state=job.state, job_id=job.id)
+    return Change({"workflow_id": workflow_id, "deps_left": jobs, "updated_at": now}, "job.run_started",
+                  {"from": job.state, "workflow_id": workflow_id})  # fmt: skip
+
+
+def is_buffered_run(job: Job) -> bool:
+    """A workflow schedule's run that waits for the runs before it: its end job alone, blocked, with
+    no workflow yet (the workflow is made when the run may start)."""
+    return job.ref == RUN_END_REF and job.workflow_id is None and job.state == S.BLOCKED
 
 
 def workflow_run(template: Mapping[str, Any], end: Job, now: float, policy: Policy) -> tuple[str, list[Job], list[Deps | None]]:  # fmt: skip
@@ -334,6 +384,8 @@ def workflow_run(template: Mapping[str, Any], end: Job, now: float, policy: Poli
             spec["run_at"] = end.run_at  # the jitter: the first jobs start at the run's time
     parents = validate_workflow(specs)
     jobs = [build_job(spec, now, policy) for spec in specs]
+    for j in jobs:
+        j.traceparent = end.traceparent  # the firing's trace (or the operator's request) covers the whole run
     end.ref = RUN_END_REF
     deps: list[Deps | None] = [Deps(index=p) if p else None for p in parents]
     return str(wf["name"]), [*jobs, end], [*deps, Deps(index=list(range(len(jobs))))]

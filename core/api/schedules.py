@@ -28,10 +28,9 @@ from core.api.schemas import (
     ScheduleUpdate,
     TimingPreview,
     _epoch,
-    check_workflow_policies,
 )
 from core.engine import Engine
-from core.errors import Conflict, InvalidInput, InvalidSchedule
+from core.errors import Conflict, InvalidSchedule
 from core.model import iso, job_to_dict
 from core.schedule import (
     ACTIVE_STATES,
@@ -102,8 +101,6 @@ async def create_schedule(body: ScheduleCreate, engine: EngineDep, request: Requ
     _apply_timing(s, body, now)
     s.policy = s.policy.replace(**body.policy_changes())
     _check_policies(s, now)
-    if body.workflow is not None:
-        check_workflow_policies(s.policy.overlap, s.policy.pause_after_failures)
     return JSON(schedule_to_dict(await engine.create_schedule(s)), status_code=201)
 
 
@@ -153,14 +150,6 @@ async def update_schedule(schedule_id: ScheduleIdPath, body: ScheduleUpdate, eng
         s.job = body.workflow.template()
     s.policy = s.policy.replace(**body.policy_changes())
     _check_policies(s, engine.clock())
-    if "workflow" in s.job:
-        try:
-            check_workflow_policies(s.policy.overlap, s.policy.pause_after_failures)
-        except InvalidInput as exc:
-            if body.workflow is not None:
-                raise
-            # the body alone is fine: it is this schedule that fires a workflow
-            raise Conflict(f"schedule {schedule_id} fires a workflow: {exc.message}", field=exc.field) from None
     if body.paused is not None:
         s.paused = body.paused
     if was_paused and not s.paused:

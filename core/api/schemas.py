@@ -540,19 +540,6 @@ class SchedulePolicies(Exclusions):
         return {k: getattr(self, k) for k in POLICY_FIELDS if getattr(self, k) is not None}
 
 
-#: The overlap policies a workflow schedule takes: a workflow run is not held back (buffered) or
-#: cancelled as a whole yet (docs/workflows.md, "A schedule that fires a workflow").
-WORKFLOW_OVERLAPS = ("skip", "allow")
-_NOT_FOR_WORKFLOWS: dict[str, Any] = {
-    "not": {"anyOf": [
-        {"required": ["workflow", "overlap"], "properties": {
-            "workflow": {"type": "object"}, "overlap": {"enum": ["buffer_one", "buffer_all", "cancel_previous"]}}},
-        {"required": ["workflow", "pause_after_failures"], "properties": {
-            "workflow": {"type": "object"}, "pause_after_failures": {"type": "integer", "minimum": 1}}},
-    ]}
-}  # fmt: skip
-
-
 class ScheduledWorkflowJob(WorkflowJob):
     """A job of a schedule's workflow: as in POST /v1/workflows, without a unique key (the schedule's
     overlap policy decides whether a run starts beside an earlier one)."""
@@ -577,24 +564,6 @@ class ScheduleWorkflow(WorkflowCreate):
         return sorted({j.queue for j in self.jobs})
 
 
-def check_workflow_policies(overlap: str, pause_after_failures: int, field_prefix: str = "") -> None:
-    """A workflow schedule takes overlap skip or allow and no pause_after_failures (InvalidInput)."""
-    from core.errors import InvalidInput
-
-    if overlap not in WORKFLOW_OVERLAPS:
-        raise InvalidInput(
-            f"{field_prefix}overlap: a schedule that fires a workflow takes 'skip' or 'allow', not {overlap!r} "
-            "(a workflow run is not buffered or cancelled as a whole)",
-            field="overlap",
-        )
-    if pause_after_failures:
-        raise InvalidInput(
-            f"{field_prefix}pause_after_failures: a schedule that fires a workflow does not count failed runs; "
-            "leave it 0",
-            field="pause_after_failures",
-        )
-
-
 class ScheduleCreate(ScheduleFields, SchedulePolicies):
     """A recurring (cron, interval) or one-time (at, delay) schedule that makes a job from `job` or a
     workflow from `workflow` at each fire time."""
@@ -603,13 +572,13 @@ class ScheduleCreate(ScheduleFields, SchedulePolicies):
         _exactly_one(*_TIMINGS),
         {"oneOf": [{"required": ["job"], "properties": {"job": {"type": "object"}, "workflow": {"type": "null"}}},
                    {"required": ["workflow"], "properties": {"workflow": {"type": "object"}, "job": {"type": "null"}}}]},
-        _NOT_FOR_WORKFLOWS,
     ]})  # fmt: skip
 
     name: Text = Field(min_length=1, max_length=200)
     job: JobTemplate | None = Field(None, description="the job each fire time makes (or give `workflow`)")
     workflow: ScheduleWorkflow | None = Field(
-        None, description="the workflow each fire time submits, all or nothing (or give `job`); overlap skip or allow"
+        None,
+        description="the workflow each fire time submits, all or nothing (or give `job`); a run is the whole workflow",
     )
     paused: bool = False
 
@@ -649,7 +618,6 @@ class ScheduleUpdate(ScheduleFields, SchedulePolicies):
         _at_most_one(_TIMINGS),
         {"not": {"required": ["job", "workflow"],
                  "properties": {"job": {"type": "object"}, "workflow": {"type": "object"}}}},
-        _NOT_FOR_WORKFLOWS,
     ]})  # fmt: skip
 
     name: Text | None = Field(None, min_length=1, max_length=200)

@@ -58,10 +58,12 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("a store coroutine suspended in the SQLite writer")
 
 
-async def settle(io: DepsIO, moved: list[tuple[Job, str]], now: float, policy: Policy) -> None:
+async def settle(io: DepsIO, moved: list[tuple[Job, str]], now: float, policy: Policy) -> list[Job]:
     """`moved`: the jobs this transaction changed, each with its state before. Round after round
-    (a cancel, a skip or a re-arm travels down the graph), until nothing more changes."""
+    (a cancel, a skip or a re-arm travels down the graph), until nothing more changes. Returns the
+    jobs it changed (a scheduled workflow run's end job among them ends its run)."""
     workflows: set[int] = set()
+    changed: list[Job] = []
     while moved:
         deltas: dict[int, int] = {}
         failed: set[int] = set()
@@ -103,11 +105,13 @@ async def settle(io: DepsIO, moved: list[tuple[Job, str]], now: float, policy: P
             if change is not None:
                 io.apply(job, change)
                 moved.append((job, before))
+                changed.append(job)
                 if job.state == JobState.BLOCKED and (again := decide_release(job, now, policy)) is not None:
                     io.apply(job, again)  # re-armed with every parent done already (a late result)
         await io.flush()
     if workflows:
         await update_workflows(io, sorted(workflows), now)
+    return changed
 
 
 async def update_workflows(io: DepsIO, ids: Sequence[int], now: float) -> None:

@@ -81,12 +81,16 @@ from core.store.schedule_runs import (
 )
 from core.store.slo import PostgresSLO
 from core.workflow import (
+    RUN_END_REF,
     WORKFLOW_ACTIONS,
     Deps,
     Workflow,
     check_workflow_action,
+    decide_workflow_job,
     edges_of,
+    is_buffered_run,
     plan_dependencies,
+    run_started,
     workflow_run,
     workflow_summary,
 )
@@ -344,6 +348,10 @@ class PostgresStore(
         if "workflow" not in s.job:
             return await insert_jobs(tx, runs, self._job_id_seq)
         for end in runs:
+            if end.state == "blocked":  # buffered: its workflow is made when it may start (_start_buffered)
+                if not await insert_jobs(tx, [end], self._job_id_seq):
+                    raise RuntimeError(f"schedule {s.id}: a run of {end.fire_time} exists already")
+                continue
             name, jobs, deps = workflow_run(s.job, end, tx.now, self.policy)
             wf = await deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
             for j in jobs:
@@ -401,7 +409,6 @@ class PostgresStore(
     async def change_workflow(self, workflow_id: int, action: str, decide: Decide) -> Workflow:
         """cancel, pause or resume a workflow: its flag and `decide` on each of its jobs the action
         takes (core.workflow.WORKFLOW_ACTIONS), in one transaction; Conflict if it does not apply."""
-        states, flag, value = WORKFLOW_ACTIONS[action]
 
         async def op(tx: PgTx) -> Workflow:
             c = tx.conn
@@ -410,16 +417,21 @@ class PostgresStore(
                 raise NotFound(f"no workflow with id {workflow_id}", field="workflow_id")
             wf = deps_sql.to_workflow(tuple(row))
             check_workflow_action(wf, action)
-            setattr(wf, flag, value)
-            await c.execute(f"UPDATE workflows SET {flag} = $1, updated_at = $2 WHERE id = $3", value, tx.now, wf.id)
-            tx.emit(f"workflow.{'cancel_requested' if action == 'cancel' else action + 'd'}", None, None,
-                    {"workflow": workflow_summary(wf)})  # fmt: skip
-            rows = await c.fetch("SELECT id FROM jobs WHERE workflow_id = $1 AND state = ANY($2::text[])", wf.id,
-                                 sorted(states))  # fmt: skip
-            await self._change(tx, dict.fromkeys([r[0] for r in rows], decide))
+            await self._change_workflow(tx, wf, action, decide)
             return wf
 
         return await self._write(op)
+
+    async def _change_workflow(self, tx: PgTx, wf: Workflow, action: str, decide: Decide) -> None:
+        states, flag, value = WORKFLOW_ACTIONS[action]
+        c = tx.conn
+        setattr(wf, flag, value)
+        await c.execute(f"UPDATE workflows SET {flag} = $1, updated_at = $2 WHERE id = $3", value, tx.now, wf.id)
+        tx.emit(f"workflow.{'cancel_requested' if action == 'cancel' else action + 'd'}", None, None,
+                {"workflow": workflow_summary(wf)})  # fmt: skip
+        rows = await c.fetch("SELECT id FROM jobs WHERE workflow_id = $1 AND state = ANY($2::text[])", wf.id,
+                             sorted(states))  # fmt: skip
+        await self._change(tx, dict.fromkeys([r[0] for r in rows], decide_workflow_job(action, decide, tx.now)))
 
     async def get_job(self, job_id: int) -> Job:
         """One job, or NotFound."""
@@ -462,9 +474,11 @@ class PostgresStore(
         out = apply_decisions(jobs, decisions, applier.apply)
         await applier.flush()
         moved = [(j, before[i]) for i, j in out.items() if isinstance(j, Job) and j.state != before[i]]
+        settled: list[Job] = []
         if moved:  # dependencies: what the new states do to the jobs' children (core/store/deps.py)
-            await settle(deps_sql.PgDeps(tx, applier), moved, tx.now, self.policy)
-        await self._runs_ended(tx, ended_runs(out.values()))
+            settled = await settle(deps_sql.PgDeps(tx, applier), moved, tx.now, self.policy)
+        changed = {j.id: j for j in [*out.values(), *settled] if isinstance(j, Job)}
+        await self._runs_ended(tx, ended_runs(changed.values()))
         return out
 
     async def _runs_ended(self, tx: PgTx, ended: dict[int, list[Job]]) -> None:
@@ -476,7 +490,8 @@ class PostgresStore(
             row = await c.fetchrow(f"{sql.SELECT_SCHEDULE} WHERE id = $1 FOR UPDATE", sid)
             if row is None:
                 continue
-            cols = after_runs_ended(tx, sql.to_schedule(row), jobs, tx.now)
+            s = sql.to_schedule(row)
+            cols = after_runs_ended(tx, s, jobs, tx.now)
             if cols:
                 sets = ", ".join(f"{k} = ${i}" for i, k in enumerate(cols, 2))
                 await c.execute(f"UPDATE schedules SET {sets} WHERE id = $1", sid, *cols.values())
@@ -484,15 +499,44 @@ class PostgresStore(
             if job_id is None:
                 continue
             rows = await c.fetch(sql.LOCK_JOB_NOWAIT, job_id)  # held elsewhere: that change releases it
-            applier = JobChanges(tx)
-            apply_decisions({j.id: j for j in sql.to_jobs(rows)}, {job_id: self._release}, applier.apply)
-            await applier.flush()
+            await self._start_buffered(tx, s, {j.id: j for j in sql.to_jobs(rows)}, job_id)
+
+    async def _start_buffered(self, tx: PgTx, s: Schedule, locked: dict[int, Job], job_id: int) -> None:
+        """Start a buffered run (locked): queue its job, or make a workflow run's workflow around its end job."""
+        decide: dict[int, Decide] = {job_id: self._release}
+        end = locked.get(job_id)
+        if end is not None and "workflow" in s.job and is_buffered_run(end):
+            name, made, deps = workflow_run(s.job, end, tx.now, self.policy)
+            wf = await deps_sql.insert_workflow(tx, name, len(made), sorted({j.queue for j in made}))
+            for j in made[:-1]:
+                j.workflow_id = wf.id
+            await self._insert_with_deps(tx, made[:-1], deps[:-1], None)  # a scheduled workflow takes no unique key
+            await deps_sql.insert_edges(tx, [(j.id, end.id) for j in made[:-1]])
+            decide = {job_id: lambda j: run_started(j, wf.id, len(made) - 1, tx.now)}
+        applier = JobChanges(tx)
+        apply_decisions(locked, decide, applier.apply)
+        await applier.flush()
 
     def _release(self, job: Job) -> Any:
         return decide_start_buffered(job, self.clock(), self.policy)
 
     def _cancel(self, job: Job) -> Any:
         return decide_cancel(job, self.clock(), self.policy)
+
+    async def _cancel_runs(self, tx: PgTx, ids: list[int]) -> None:
+        """cancel_previous: cancel these runs; a started workflow run is cancelled whole, and its end
+        job ends once every job of it really stopped (then the buffered next run starts)."""
+        locked = {j.id: j for j in sql.to_jobs(await tx.conn.fetch(sql.LOCK_JOBS, ids))}
+        flows = sorted({j.workflow_id for j in locked.values() if j.workflow_id is not None and j.ref == RUN_END_REF})
+        plain = {i: j for i, j in locked.items() if j.workflow_id is None or j.ref != RUN_END_REF}
+        applier = JobChanges(tx)
+        apply_decisions(plain, dict.fromkeys(plain, self._cancel), applier.apply)
+        await applier.flush()
+        for wf_id in flows:
+            row = await tx.conn.fetchrow(f"{deps_sql.SELECT_WORKFLOW} WHERE id = $1 FOR UPDATE", wf_id)
+            wf = deps_sql.to_workflow(tuple(row or ()))
+            if wf.state == "running" and not wf.cancel_requested:
+                await self._change_workflow(tx, wf, "cancel", self._cancel)
 
     async def runs_at(self, schedule_id: int, fire_times: Sequence[float]) -> dict[float, tuple[int, str]]:
         """The schedule's job (id, state) at each of these fire times that has one."""
@@ -799,15 +843,14 @@ class PostgresStore(
             async def op(tx: PgTx, sid: int = sid) -> int:
                 c = tx.conn
                 active = [Run(*r) for r in await c.fetch(sql.LOCK_ACTIVE_RUNS, sid)]
-                if await c.fetchval("SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE", sid) is None:
+                row = await c.fetchrow(f"{sql.SELECT_SCHEDULE} WHERE id = $1 FOR UPDATE", sid)
+                if row is None:
                     return len(await self._cancel_buffered(tx, sid))
                 job_id = run_to_release(active)
                 if job_id is None:
                     return 0
                 locked = {j.id: j for j in sql.to_jobs(await c.fetch(sql.LOCK_JOBS, [job_id]))}
-                applier = JobChanges(tx)
-                apply_decisions(locked, {job_id: self._release}, applier.apply)
-                await applier.flush()
+                await self._start_buffered(tx, sql.to_schedule(row), locked, job_id)
                 return 1
 
             moved += await self._write(op)
@@ -877,10 +920,7 @@ class PostgresStore(
                 res.jobs = [j for j in res.jobs if j.id in made]  # a unique key refused the others
                 cancel.extend(res.decision.cancel)
             if cancel:
-                locked = {j.id: j for j in sql.to_jobs(await c.fetch(sql.LOCK_JOBS, sorted(set(cancel))))}
-                applier = JobChanges(tx)
-                apply_decisions(locked, dict.fromkeys(cancel, self._cancel), applier.apply)
-                await applier.flush()
+                await self._cancel_runs(tx, sorted(set(cancel)))
             if fired:
                 await c.executemany(sql.FIRED_UPDATE, [fire_update(f, res) for _, f, res in fired])
             out: list[FireResult | None] = [None] * len(firings)

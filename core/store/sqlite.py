@@ -90,12 +90,16 @@ from core.store.schedule_runs import (
 )
 from core.store.slo import SQLiteSLO
 from core.workflow import (
+    RUN_END_REF,
     WORKFLOW_ACTIONS,
     Deps,
     Workflow,
     check_workflow_action,
+    decide_workflow_job,
     edges_of,
+    is_buffered_run,
     plan_dependencies,
+    run_started,
     workflow_run,
     workflow_summary,
 )
@@ -712,7 +716,6 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
     async def change_workflow(self, workflow_id: int, action: str, decide: Decide) -> Workflow:
         """cancel, pause or resume a workflow: its flag and `decide` on each of its jobs the action
         takes (core.workflow.WORKFLOW_ACTIONS), in one transaction; Conflict if it does not apply."""
-        states, flag, value = WORKFLOW_ACTIONS[action]
 
         def op(tx: Tx) -> Workflow:
             c = tx.conn
@@ -721,16 +724,21 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                 raise NotFound(f"no workflow with id {workflow_id}", field="workflow_id")
             wf = deps_sql.to_workflow(row)
             check_workflow_action(wf, action)
-            setattr(wf, flag, value)
-            c.execute(f"UPDATE workflows SET {flag} = ?, updated_at = ? WHERE id = ?", (int(value), tx.now, wf.id))
-            tx.emit(f"workflow.{'cancel_requested' if action == 'cancel' else action + 'd'}", None, None,
-                    {"workflow": workflow_summary(wf)})  # fmt: skip
-            q = f"SELECT id FROM jobs WHERE workflow_id = ? AND state IN ({', '.join('?' * len(states))})"
-            ids = [r[0] for r in c.execute(q, (wf.id, *sorted(states)))]
-            self._change(tx, dict.fromkeys(ids, decide))
+            self._change_workflow(tx, wf, action, decide)
             return wf
 
         return await self._write(op)
+
+    def _change_workflow(self, tx: Tx, wf: Workflow, action: str, decide: Decide) -> None:
+        states, flag, value = WORKFLOW_ACTIONS[action]
+        c = tx.conn
+        setattr(wf, flag, value)
+        c.execute(f"UPDATE workflows SET {flag} = ?, updated_at = ? WHERE id = ?", (int(value), tx.now, wf.id))
+        tx.emit(f"workflow.{'cancel_requested' if action == 'cancel' else action + 'd'}", None, None,
+                {"workflow": workflow_summary(wf)})  # fmt: skip
+        q = f"SELECT id FROM jobs WHERE workflow_id = ? AND state IN ({', '.join('?' * len(states))})"
+        ids = [r[0] for r in c.execute(q, (wf.id, *sorted(states)))]
+        self._change(tx, dict.fromkeys(ids, decide_workflow_job(action, decide, tx.now)))
 
     async def get_job(self, job_id: int) -> Job:
         """One job, or NotFound."""
@@ -813,14 +821,15 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         before = {i: j.state for i, j in jobs.items()}
         out = apply_decisions(jobs, decisions, applier.apply)
         applier.flush()
-        self._settle(tx, applier, [(j, before[i]) for i, j in out.items() if isinstance(j, Job)])
-        self._runs_ended(tx, ended_runs(out.values()))
+        settled = self._settle(tx, applier, [(j, before[i]) for i, j in out.items() if isinstance(j, Job)])
+        changed = {j.id: j for j in [*out.values(), *settled] if isinstance(j, Job)}
+        self._runs_ended(tx, ended_runs(changed.values()))
         return out
 
-    def _settle(self, tx: Tx, applier: _Applier, moved: list[tuple[Job, str]]) -> None:
+    def _settle(self, tx: Tx, applier: _Applier, moved: list[tuple[Job, str]]) -> list[Job]:
         """Dependencies: what the changed jobs' new states do to their children (core/store/deps.py)."""
         io = deps_sql.SQLiteDeps(tx, applier, _load_jobs, applier.flush)
-        run_sync(settle(io, [(j, b) for j, b in moved if j.state != b], tx.now, self.policy))
+        return run_sync(settle(io, [(j, b) for j, b in moved if j.state != b], tx.now, self.policy))
 
     def _runs_ended(self, tx: Tx, ended: dict[int, list[Job]]) -> None:
         """Runs of these schedules ended: count failures (pause on failure), then start each one's
@@ -830,15 +839,31 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             row = c.execute(f"{_SELECT_SCHEDULE} WHERE id = ?", (sid,)).fetchone()
             if row is None:
                 continue
-            cols = after_runs_ended(tx, _schedule(row), jobs, tx.now)
+            s = _schedule(row)
+            cols = after_runs_ended(tx, s, jobs, tx.now)
             if cols:
                 sets = ", ".join(k + " = ?" for k in cols)
                 c.execute(f"UPDATE schedules SET {sets} WHERE id = ?", (*map(_sqlite_value, cols.values()), sid))
             job_id = run_to_release([Run(*r) for r in c.execute(_ACTIVE_RUNS, (sid,))])
             if job_id is not None:
-                applier = _Applier(tx)
-                apply_decisions(_load_jobs(c, [job_id]), {job_id: self._release}, applier.apply)
-                applier.flush()
+                self._start_buffered(tx, s, job_id)
+
+    def _start_buffered(self, tx: Tx, s: Schedule, job_id: int) -> None:
+        """Start a buffered run: queue its job, or make a workflow run's workflow around its end job."""
+        jobs = _load_jobs(tx.conn, [job_id])
+        decide: dict[int, Decide] = {job_id: self._release}
+        if job_id in jobs and "workflow" in s.job and is_buffered_run(jobs[job_id]):
+            end = jobs[job_id]
+            name, made, deps = workflow_run(s.job, end, tx.now, self.policy)
+            wf = deps_sql.insert_workflow(tx, name, len(made), sorted({j.queue for j in made}))
+            for j in made[:-1]:
+                j.workflow_id = wf.id
+            self._insert_with_deps(tx, made[:-1], deps[:-1], None)
+            deps_sql.insert_edges(tx, [(j.id, end.id) for j in made[:-1]])
+            decide = {job_id: lambda j: run_started(j, wf.id, len(made) - 1, tx.now)}
+        applier = _Applier(tx)
+        apply_decisions(jobs, decide, applier.apply)
+        applier.flush()
 
     def _release(self, job: Job) -> Any:
         return decide_start_buffered(job, self.clock(), self.policy)
@@ -1114,14 +1139,13 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             c = tx.conn
             moved = 0
             for (sid,) in c.execute(_BUFFERED_SCHEDULES).fetchall():
-                if c.execute("SELECT 1 FROM schedules WHERE id = ?", (sid,)).fetchone() is None:
+                row = c.execute(f"{_SELECT_SCHEDULE} WHERE id = ?", (sid,)).fetchone()
+                if row is None:
                     moved += len(self._cancel_buffered(tx, sid))
                     continue
                 job_id = run_to_release([Run(*r) for r in c.execute(_ACTIVE_RUNS, (sid,))])
                 if job_id is not None:
-                    applier = _Applier(tx)
-                    apply_decisions(_load_jobs(c, [job_id]), {job_id: self._release}, applier.apply)
-                    applier.flush()
+                    self._start_buffered(tx, _schedule(row), job_id)
                     moved += 1
             return moved
 
@@ -1179,9 +1203,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                     self._insert_runs(tx, f.schedule, res.jobs)
             cancel = [job_id for _, _, res in fired for job_id in res.decision.cancel]
             if cancel:
-                applier = _Applier(tx)
-                apply_decisions(_load_jobs(c, cancel), dict.fromkeys(cancel, self._cancel), applier.apply)
-                applier.flush()
+                self._cancel_runs(tx, cancel)
             c.executemany(_FIRED_UPDATE, [fire_update(f, res) for _, f, res in fired])
             out: list[FireResult | None] = [None] * len(firings)
             for i, f, res in fired:
@@ -1194,12 +1216,31 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
     def _cancel(self, job: Job) -> Any:
         return decide_cancel(job, self.clock(), self.policy)
 
+    def _cancel_runs(self, tx: Tx, ids: list[int]) -> None:
+        """cancel_previous: cancel these runs; a started workflow run is cancelled whole, and its end
+        job ends once every job of it really stopped (then the buffered next run starts)."""
+        jobs = _load_jobs(tx.conn, ids)
+        flows = sorted({j.workflow_id for j in jobs.values() if j.workflow_id is not None and j.ref == RUN_END_REF})
+        plain = {i: j for i, j in jobs.items() if j.workflow_id is None or j.ref != RUN_END_REF}
+        applier = _Applier(tx)
+        apply_decisions(plain, dict.fromkeys(plain, self._cancel), applier.apply)
+        applier.flush()
+        for wf_id in flows:
+            row = tx.conn.execute(f"{deps_sql.SELECT_WORKFLOW} WHERE id = ?", (wf_id,)).fetchone()
+            wf = deps_sql.to_workflow(row)
+            if wf.state == "running" and not wf.cancel_requested:
+                self._change_workflow(tx, wf, "cancel", self._cancel)
+
     def _insert_runs(self, tx: Tx, s: Schedule, runs: Sequence[Job]) -> None:
-        """Insert a firing's runs; a workflow schedule's run is its end job with the workflow around it."""
+        """Insert a firing's runs; a workflow schedule's run is its end job with the workflow around it
+        (a buffered run's end job alone: its workflow is made when it may start, `_start_buffered`)."""
         if "workflow" not in s.job:
             _insert_jobs(tx, runs)
             return
         for end in runs:
+            if end.state == "blocked":
+                _insert_jobs(tx, [end])
+                continue
             name, jobs, deps = workflow_run(s.job, end, tx.now, self.policy)
             wf = deps_sql.insert_workflow(tx, name, len(jobs), sorted({j.queue for j in jobs}))
             for j in jobs:

@@ -92,7 +92,8 @@ def apply(job: Job, change: Change) -> Job:
 # ---------------------------------------------------------------- the transition table
 
 EXPECTED_TRANSITIONS: dict[str, set[str]] = {
-    "blocked": {"queued", "scheduled", "cancelled", "paused", "skipped"},
+    # succeeded / dead: a scheduled workflow run's end job ends in place with its workflow's outcome
+    "blocked": {"queued", "scheduled", "cancelled", "paused", "skipped", "succeeded", "dead"},
     "scheduled": {"queued", "cancelled", "paused"},
     "queued": {"running", "cancelled", "paused"},
     "running": {"succeeded", "failed", "dead", "cancelled", "queued", "scheduled"},  # scheduled: held by a breaker
@@ -134,10 +135,13 @@ def test_no_state_moves_to_itself_and_only_a_claim_or_a_result_touches_running()
         assert state not in targets, f"{state} -> {state} should not be a transition"
     into_running = {s for s, targets in TRANSITIONS.items() if JobState.RUNNING in targets}
     assert into_running == {JobState.QUEUED}
+    # blocked: a scheduled workflow run's end job, which no agent runs, ends with its workflow's outcome
     into_dead = {s for s, targets in TRANSITIONS.items() if JobState.DEAD in targets}
-    assert into_dead == {JobState.RUNNING}
+    assert into_dead == {JobState.RUNNING, JobState.BLOCKED}
     into_succeeded = {s for s, targets in TRANSITIONS.items() if JobState.SUCCEEDED in targets}
-    assert into_succeeded == {JobState.RUNNING, JobState.FAILED, JobState.DEAD}, "a run, or a late result of one"
+    assert into_succeeded == {JobState.RUNNING, JobState.FAILED, JobState.DEAD, JobState.BLOCKED}, (
+        "a run, a late result of one, or a workflow run's end"
+    )
     rearmed = (JobState.CANCELLED, JobState.SKIPPED)  # may wait again when the failed parent is retried
     for final in FINAL_STATES:
         late = {JobState.SUCCEEDED} if final == JobState.DEAD else set()
