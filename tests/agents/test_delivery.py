@@ -186,7 +186,7 @@ async def test_an_agent_killed_and_restarted_releases_its_lost_runs_at_once(tmp_
             assert first["outcome"] == "lost" and "came back without this run" in str(first["error"]), first
             lost_after = _ts(first["finished_at"]) - _ts(back["connected_at"])
             claimed_after = _ts(second["claimed_at"]) - _ts(back["connected_at"])
-            assert lost_after < 1.0 and claimed_after < 1.5, (lost_after, claimed_after)
+            assert lost_after < 1.0 and claimed_after < 1.0, f"retried within a second of the reconnect: {delays}"
     finally:
         _stop(agent)
         server.kill()

@@ -36,8 +36,15 @@ LEASES = {"JOBDECK_LEASE_SECONDS": "5", "JOBDECK_HEARTBEAT_SECONDS": "1", "JOBDE
 TASK = "tests.chaos.tasks:noted_run"
 QUEUE = "chaos"
 AGENTS = ("chaos-a", "chaos-b")
-RECOVERY_BOUND = 15.0  # seconds: an agent's runs running again, or a node's agents reattached and work flowing
-REPEAT_GRACE = 1.0  # a finished run may run again only if its agent was killed this soon after (result not kept yet)
+RECOVERY_BOUND = (
+    10.0  # seconds from a kill: an agent's runs running again, or a node's agents reattached and work flowing
+)
+# seconds from a killed agent's restart registering to every run it had being lost and retried (item 2; the
+# issue's own test asks for 1 s with nothing else going on; here a PostgreSQL restart may fall in between)
+RELEASE_BOUND = 2.0
+# A finished run may run again only if the agent process that ran it was killed this soon after its end: the
+# result was not in its state folder yet (written in a thread right after the run). Any other repeat fails.
+REPEAT_GRACE = 1.0
 
 
 @dataclass
@@ -140,8 +147,9 @@ async def test_chaos_keeps_every_promise(cluster: tuple[Cluster, ThrowawayPostgr
         submitted: dict[str, int] = {}
         stop = asyncio.Event()
         submitting = asyncio.create_task(_submit_all_along(live, runs, rng, submitted, stop))
-        kills: dict[str, list[float]] = {name: [] for name in AGENTS}
+        kills: list[tuple[float, int]] = []  # (when, pid) of every agent process killed
         agent_recovery: list[float] = []
+        releases: list[float] = []
         node_recovery: list[float] = []
         watchers: list[asyncio.Task[None]] = []
         began = time.monotonic()
@@ -154,10 +162,12 @@ async def test_chaos_keeps_every_promise(cluster: tuple[Cluster, ThrowawayPostgr
                 mine = await _running_on(live, name)
                 c.agents[name].kill()
                 c.agents[name].wait(10)
-                kills[name].append(time.time())
+                kills.append((time.time(), c.agents[name].pid))
                 killed_at = time.monotonic()
                 c.start_agent(name)
-                watchers.append(asyncio.create_task(_rerun_within(live, mine, killed_at, agent_recovery)))
+                watchers.append(
+                    asyncio.create_task(_rerun_within(live, name, mine, killed_at, agent_recovery, releases))
+                )
             elif action.startswith("kill node"):
                 i = int(action.split()[-1])
                 if len(c.live()) < 2:
@@ -198,27 +208,33 @@ async def test_chaos_keeps_every_promise(cluster: tuple[Cluster, ThrowawayPostgr
 
     failures: list[str] = []
     # Every run of every job, from the tasks' own notes: never two at once, never again once finished.
-    spans: dict[int, list[tuple[int, float, float | None]]] = {}
-    open_runs: dict[tuple[int, int], float] = {}
+    # (attempt, start, end or None, pid of the agent process) of each run of each job token
+    spans: dict[int, list[tuple[int, float, float | None, int]]] = {}
+    open_runs: dict[tuple[int, int], tuple[float, int]] = {}
     for line in runs.read_text().splitlines():
-        what, token, attempt, t = line.split()
+        what, token, attempt, t, pid = line.split()
         key = (int(token), int(attempt))
         if what == "start":
-            open_runs[key] = float(t)
+            open_runs[key] = (float(t), int(pid))
         else:
-            spans.setdefault(key[0], []).append((key[1], open_runs.pop(key), float(t)))
-    for (token, attempt), t in open_runs.items():  # cut off by a kill: ends at the next kill at the latest
-        spans.setdefault(token, []).append((attempt, t, None))
-    all_kills = sorted(itertools.chain.from_iterable(kills.values()))
+            started, _ = open_runs.pop(key)
+            spans.setdefault(key[0], []).append((key[1], started, float(t), int(pid)))
+    for (token, attempt), (t, pid) in open_runs.items():  # cut off by the kill of its agent process
+        spans.setdefault(token, []).append((attempt, t, None, pid))
+    killed = {pid: at for at, pid in kills}
+    excused: list[int] = []
     for token, intervals in spans.items():
         intervals.sort(key=lambda r: r[1])
-        for (_, _, e1), (a2, s2, _) in itertools.pairwise(intervals):
-            end1 = e1 if e1 is not None else next((k for k in all_kills if k > intervals[0][1]), float("inf"))
+        for (_, _, e1, pid1), (a2, s2, _, _) in itertools.pairwise(intervals):
+            end1 = e1 if e1 is not None else killed.get(pid1, float("inf"))
             if s2 < end1:
                 failures.append(f"job token {token}: attempt {a2} started while an earlier run went on: {intervals}")
-        finished = [e for _, _, e in intervals if e is not None]
-        repeated = finished and any(s > finished[0] for _, s, _ in intervals)
-        if repeated and not any(0 <= k - finished[0] <= REPEAT_GRACE for k in all_kills):
+        first_end = next(((e, pid) for _, _, e, pid in intervals if e is not None), None)
+        if first_end is None or not any(s > first_end[0] for _, s, _, _ in intervals):
+            continue
+        if 0 <= killed.get(first_end[1], -1.0) - first_end[0] <= REPEAT_GRACE:
+            excused.append(token)
+        else:
             failures.append(f"job token {token} ran again after a run had finished: {intervals}")
     missing = set(range(len(submitted))) - set(spans)
     if missing:
@@ -238,11 +254,17 @@ async def test_chaos_keeps_every_promise(cluster: tuple[Cluster, ThrowawayPostgr
     print(
         f"chaos checked: {len(submitted)} jobs, {len(ticks)} fire times, {len(seen)} events; "
         f"agent kill -> its runs running again: {_figures(agent_recovery)}; "
-        f"node kill -> agents reattached and work flowing: {_figures(node_recovery)} (bound {RECOVERY_BOUND:.0f} s)"
+        f"node kill -> agents reattached and work flowing: {_figures(node_recovery)} (bound {RECOVERY_BOUND:.0f} s); "
+        f"restarted agent registered -> its lost runs released: {_figures(releases)} (bound {RELEASE_BOUND:.0f} s); "
+        f"{len(excused)} runs repeated because their agent was killed within {REPEAT_GRACE:.0f} s of their end"
     )
     slow = [t for t in agent_recovery + node_recovery if t > RECOVERY_BOUND]
     if slow:
         failures.append(f"recoveries over {RECOVERY_BOUND} s: {slow}")
+    if any(t > RELEASE_BOUND for t in releases):
+        failures.append(
+            f"a restarted agent's runs released later than {RELEASE_BOUND} s after it registered: {releases}"
+        )
     assert not failures, "\n".join(failures)
 
 
@@ -289,8 +311,13 @@ async def _running_on(live: Live, name: str) -> dict[int, int]:
     return {}
 
 
-async def _rerun_within(live: Live, runs: dict[int, int], killed_at: float, out: list[float]) -> None:
-    """Seconds from an agent's kill until each run it had is running again (a newer attempt) or over."""
+async def _rerun_within(
+    live: Live, name: str, runs: dict[int, int], killed_at: float, out: list[float], releases: list[float]
+) -> None:
+    """Seconds from an agent's kill until each run it had is running again (a newer attempt) or over;
+    and (`releases`) from its restart's registration until the last of its runs was recorded lost
+    (negative when the leases ran out before the restart registered)."""
+    killed_wall = time.time() - (time.monotonic() - killed_at)
     pending = dict(runs)
     deadline = killed_at + 60
     while pending and time.monotonic() < deadline:
@@ -299,8 +326,24 @@ async def _rerun_within(live: Live, runs: dict[int, int], killed_at: float, out:
             if job["attempt"] > attempt or job["state"] != "running":
                 del pending[job_id]
         await asyncio.sleep(0.1)
-    if runs:
-        out.append(time.monotonic() - killed_at if not pending else float("inf"))
+    if not runs:
+        return
+    out.append(time.monotonic() - killed_at if not pending else float("inf"))
+    back = await until(lambda: _connected_at(live, name, killed_wall), 60, f"agent {name}'s restart to register")
+    lost = []
+    for job_id, attempt in runs.items():
+        rows = await live.call(lambda cl, j=job_id: cl.attempts(j))
+        lost += [float(a["finished_at"]) for a in rows if a["attempt"] == attempt and a["outcome"] == "lost"]
+    if lost:
+        releases.append(max(lost) - back)
+
+
+async def _connected_at(live: Live, name: str, after: float) -> float | None:
+    """When the agent `name` registered, if that was after `after` (Unix seconds)."""
+    for a in await live.call(lambda cl: cl.agents()):
+        if a["name"] == name and a.get("connected_at") and float(a["connected_at"]) > after:
+            return float(a["connected_at"])
+    return None
 
 
 async def _reattached(live: Live, killed_at: float, done_before: int, out: list[float]) -> None:
