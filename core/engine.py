@@ -649,6 +649,9 @@ class Engine:
             if n:
                 log.info("pruned %d events older than %.0f h", n, self.settings.event_retention_hours)
             await self.store.prune_pickup(self.clock() - PICKUP_KEEP_SECONDS)
+            n = await self.store.release_expired_unique_keys(self.clock())
+            if n:
+                log.info("let go of %d unique keys whose window passed", n)
             days = self.settings.audit_retention_days
             n = await self.store.prune_audit(self.clock() - days * 86400)
             if n:

@@ -257,6 +257,24 @@ class PostgresStore(
                f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY id DESC LIMIT {int(limit)}")  # fmt: skip
         return [audit.entry_dict(tuple(r)[1:], r[0]) for r in await self._fetch(sql, *args)]
 
+    async def release_expired_unique_keys(self, now: float, batch: int = PRUNE_BATCH) -> int:
+        """Let go of window unique keys whose window passed (a submit of the key would anyway), `batch`
+        rows per transaction with a pause between, as the prunes; a row another transaction holds is
+        left for the next round (SKIP LOCKED): the held-key index keeps only live keys."""
+        query = ("UPDATE jobs SET unique_held = false WHERE id IN (SELECT id FROM jobs WHERE unique_held "
+                 "AND unique_until <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)")  # fmt: skip
+
+        async def op(tx: PgTx) -> int:
+            return int((await tx.conn.execute(query, now, batch)).split()[-1])
+
+        released = 0
+        while True:
+            n = await self._write(op)
+            released += n
+            if n < batch:
+                return released
+            await asyncio.sleep(PRUNE_PAUSE)
+
     async def prune_audit(self, before: float) -> int:
         """Drop entries older than the retention (the only deletion the log allows)."""
 

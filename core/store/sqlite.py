@@ -1359,6 +1359,19 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         """(held, interval, latency bucket, count, summed seconds) of the jobs claimed since `since`."""
         return await self._read(lambda c: pickup_sql.sqlite_history(c, since, bucket))
 
+    async def release_expired_unique_keys(self, now: float, batch: int = PRUNE_BATCH) -> int:
+        """Let go of window unique keys whose window passed (a submit of the key would anyway), `batch`
+        rows per write with a pause between, as the prunes: the held-key index keeps only live keys."""
+        sql = ("UPDATE jobs SET unique_held = 0 WHERE id IN (SELECT id FROM jobs WHERE unique_held = 1 "
+               "AND unique_until <= ? LIMIT ?)")  # fmt: skip
+        released = 0
+        while True:
+            n = await self._write(lambda tx: int(tx.conn.execute(sql, (now, batch)).rowcount))
+            released += n
+            if n < batch:
+                return released
+            await asyncio.sleep(PRUNE_PAUSE)
+
     async def prune_pickup(self, before: float) -> int:
         """Drop the pick-up history of the minutes before `before`."""
         sql = "DELETE FROM pickup_minutes WHERE minute < ?"

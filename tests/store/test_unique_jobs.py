@@ -69,6 +69,24 @@ async def test_a_window_key_holds_for_its_seconds_whatever_the_job_does(kit: Sto
     assert (await s.get_job(fresh.id)).unique_until == pytest.approx(fresh.created_at + 60)
 
 
+async def test_maintenance_lets_go_of_expired_window_keys_in_batches(kit: StoreKit) -> None:
+    """Without a new submit of the key, a passed window is let go by the sweep (the held-key index
+    keeps only live keys); a window still running and an active key keep holding."""
+    s, t0 = kit.store, utcnow() - 100
+    expired = [j for j, _ in await s.submit_jobs([new_job(t0, **unique(f"w{i}", "window", 60)) for i in range(5)])]
+    [(live, _)] = await s.submit_jobs([new_job(t0, **unique("long", "window", 1000))])
+    [(active, _)] = await s.submit_jobs([new_job(t0, **unique("active"))])
+    assert all(j.unique_held for j in [*expired, live, active])
+    assert await s.release_expired_unique_keys(utcnow(), batch=2) == 5, "5 expired keys, 2 a batch: 3 batches"
+    held = {j.id: j.unique_held for j in await s.list_jobs(JobFilter(), None, 10)}
+    assert held == {**{j.id: False for j in expired}, live.id: True, active.id: True}, held
+    assert await s.release_expired_unique_keys(utcnow()) == 0, "nothing left to let go"
+    [(dup, created)] = await s.submit_jobs([new_job(**unique("long", "window", 1000))])
+    assert (created, dup.id) == (False, live.id), "a window that has not passed still answers with its job"
+    [(fresh, created)] = await s.submit_jobs([new_job(**unique("w0", "window", 60))])
+    assert created and fresh.unique_held
+
+
 async def test_a_workflow_job_whose_key_is_held_refuses_the_whole_workflow(kit: StoreKit) -> None:
     s = kit.store
     [(holder, _)] = await s.submit_jobs([new_job(**unique("etl"))])
