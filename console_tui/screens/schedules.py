@@ -49,11 +49,31 @@ def backfill_range(text: str, zone: str) -> tuple[str, str]:
     return out[0], out[1]
 
 
+def workflow_text(s: Json) -> str | None:
+    """What a workflow schedule fires, as the web's schedule list says it: `workflow NAME (N jobs)`
+    (None for a schedule that makes a job)."""
+    wf = s.get("workflow")
+    if not wf:
+        return None
+    n = len(wf.get("jobs") or [])
+    return f"workflow {wf.get('name')} ({n} job{'' if n == 1 else 's'})"
+
+
+def template_queue(s: Json) -> str:
+    """The queue a schedule's runs go to: its job's, or its workflow's first job's."""
+    jobs = (s.get("workflow") or {}).get("jobs") or []
+    first = jobs[0] if jobs else s.get("job") or {}
+    return str(first.get("queue") or "default")
+
+
 def preview_text(s: Json, got: Json, fmt: Any) -> Text:
     """The preview panel: the next fire times in the schedule's zone and in the viewer's (or UTC),
     with their marks (dst_gap, dst_overlap, excluded, may_skip)."""
     zone = str(got.get("timezone") or s.get("timezone") or "UTC")
-    text = Text.assemble((f"#{s['id']} {s['name']}", "bold"), f" · next {PREVIEW_N} fire times ({zone})")
+    text = Text.assemble((f"#{s['id']} {s['name']}", "bold"))
+    if fires := workflow_text(s):
+        text.append(f" · fires {fires}", style="cyan")
+    text.append(f" · next {PREVIEW_N} fire times ({zone})")
     text.append(f" · overlap {s.get('overlap', 'skip')}, catch-up {s.get('catch_up', 'latest')}", style="dim")
     if s.get("paused"):
         text.append(" · paused: none of these fires until resumed", style="bold magenta")
@@ -132,7 +152,8 @@ class SchedulesView(TableView):
             d = self.console.fmt
             text += f" · #{s['id']} {s['name']} next fires {d.date_time(nxt, zone)} = {d.other_zone(nxt, zone)}"
         if s:
-            text += policy_note(s)
+            fires = workflow_text(s)
+            text += (f" · fires {fires}" if fires else "") + policy_note(s)
         return text
 
     async def fetch(self) -> list[Json]:
@@ -177,7 +198,7 @@ class SchedulesView(TableView):
 
     def target_queue(self) -> str | None:
         s = self.current()
-        return str((s.get("job") or {}).get("queue") or "default") if s else None
+        return template_queue(s) if s else None
 
     async def action_pause(self) -> None:
         if s := self.current():

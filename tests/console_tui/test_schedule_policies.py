@@ -93,3 +93,24 @@ async def test_the_preview_panel_run_now_and_a_backfill_counted_first(node: Serv
 async def _jobs(api: JobDeckClient, schedule_id: int, at_least: int = 1) -> list[Any] | None:
     jobs = (await api.list_jobs(schedule_id=schedule_id))["jobs"]
     return jobs if len(jobs) >= at_least else None
+
+
+async def test_a_workflow_schedule_says_which_workflow_it_fires(node: ServerProcess, api: JobDeckClient) -> None:
+    step = {"kind": "shell", "argv": ["true"]}
+    flow = {"name": "etl", "jobs": [{"ref": "extract", "task": step, "queue": "tui-wf"},
+                                    {"ref": "load", "task": step, "queue": "tui-wf", "depends_on": ["extract"]},
+                                    {"ref": "report", "task": step, "queue": "tui-wf", "depends_on": ["load"]}]}  # fmt: skip
+    s = await api.create_schedule({"name": "tui-nightly-dag", "cron": "0 2 * * *", "workflow": flow})
+    plain = await api.create_schedule({"name": "tui-plain", "cron": "0 3 * * *", "job": {"task": step}})
+    async with console(node.url) as (app, pilot):
+        await pilot.press("4")
+        schedules = view(app, "schedules")
+        await select(schedules, str(s["id"]))
+        await until(lambda: "tui-nightly-dag" in _panel(app), 5, "the workflow schedule's preview")
+        assert "fires workflow etl (3 jobs)" in _panel(app), _panel(app)
+        bar = app.main_screen.query_one("#schedules #bar")
+        await until(lambda: "fires workflow etl (3 jobs)" in str(bar.render()), 5, "the workflow in the bar")
+        assert schedules.target_queue() == "tui-wf", "actions are checked against the workflow's queue"
+        await select(schedules, str(plain["id"]))
+        await until(lambda: "tui-plain" in _panel(app), 5, "the plain schedule's preview")
+        assert "fires workflow" not in _panel(app) and "fires workflow" not in str(bar.render())
