@@ -43,6 +43,7 @@ from bench.report import (
     render_table,
 )
 from bench.scale import scale_run
+from bench.schedule_firing import firing_split
 from bench.schedules import schedules_at_scale
 from bench.server import BenchError, ProcessReport, ServerOptions
 from bench.store import DEFAULT_PG_URL, DEFAULT_REDIS_URL, SQLITE, Backend, Floors
@@ -78,6 +79,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "of the firing minute beside an idle stretch of the same run",
         (schedules_at_scale,),
         True,
+    ),
+    "schedule-firing": (
+        "where a fire time's lateness goes: the firing pass in-process (one SQLite store, a fake clock), each "
+        "transaction's start and commit, the Python share, and the cheapest write at T, beside 100 schedules",
+        (firing_split,),
+        False,
     ),
     "flow": (
         "what flow control costs the claim: a no-op backlog drained from a queue without limits vs with each "
