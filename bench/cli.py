@@ -131,7 +131,7 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
     ),
     "obs": (
         "what metrics and tracing cost (drain rate, server CPU per job, pick-up p99, each on vs both off, "
-        "alternating turns; tracing at its default sampling and with every job traced); "
+        "alternating turns, --obs-rounds of them; tracing at its default sampling: every job traced); "
         "retention: purge rate and pick-up p99 during a purge vs without",
         (observability_cost, retention_cost),
         False,
@@ -242,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         dest="pickup_lead",
         help=f"run_at lead of the 2nd pick-up run, s (default {d.pickup_lead})",
+    )
+    g.add_argument(
+        "--obs-rounds", type=int, help=f"rounds of the obs benchmark's alternating turns (default {d.obs_rounds})"
     )
     g.add_argument("--sleepers", type=int, help=f"sleeping jobs at once in one agent (default {d.sleepers:,})")
     g.add_argument("--sleep", type=float, dest="sleep_seconds",

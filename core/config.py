@@ -57,7 +57,7 @@ class Settings:
     tracing: str = "off"  # off | otlp (OTEL_EXPORTER_OTLP_* say where) | console: core/obs/tracing.py
     # Share of the traces a node starts itself (a submit without a sampled caller, a schedule's firing)
     # that are recorded; OTEL_TRACES_SAMPLER, when set, decides instead (docs/observability.md)
-    trace_sample_ratio: float = 0.1
+    trace_sample_ratio: float = 1.0
     trace_url_template: str = ""  # a job's trace in your trace UI, e.g. https://jaeger.example/trace/{trace_id}
     metrics: bool = True  # /metrics and /metrics/cluster (Prometheus); false: the hooks cost nothing
     # The claims keep the pick-up latency history (held vs waiting for a slot) that the Overview and
@@ -255,8 +255,8 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         raise InvalidInput("trace_url_template must contain {trace_id}, e.g. https://jaeger.example/trace/{trace_id}",
                            field="trace_url_template")  # fmt: skip
     if not 0.0 <= settings.trace_sample_ratio <= 1.0:
-        raise InvalidInput(f"trace_sample_ratio {settings.trace_sample_ratio} is not between 0 and 1 (0.1: one "
-                           "trace in ten; 1: every job)", field="trace_sample_ratio")  # fmt: skip
+        raise InvalidInput(f"trace_sample_ratio {settings.trace_sample_ratio} is not between 0 and 1 (1: every "
+                           "job, the default; 0.1: one trace in ten)", field="trace_sample_ratio")  # fmt: skip
     if settings.log_format not in ("auto", "json", "text"):
         raise InvalidInput(f"log_format {settings.log_format!r} is not one of json, text, auto", field="log_format")
     if not 1 <= settings.retention_batch <= 10_000:

@@ -12,7 +12,12 @@ recorded it. Steps whose times are known afterwards (the wait) are recorded with
 Off by default (JOBDECK_TRACING=off): no SDK is imported and every hook returns at once. The caller's
 traceparent is still stored, so the job can be found in the caller's trace. `otlp` exports over
 OTLP/HTTP, configured by the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS,
-OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER...); `console` prints spans (for a look on one machine).
+OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_BSP_*...); `console` prints spans (for a look on one machine).
+
+The spans are not made with the SDK's `start_span`: each step's times, ids and attributes are known
+when it ends, so it is one tuple, encoded by core/obs/otlp.py off the event loop (or handed to an SDK
+provider's processors, as the tests' in-memory exporter is). The SDK supplies the sampler, the
+resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and the OTLP/HTTP client.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from core.errors import InvalidInput
 from core.obs import logs
+from core.obs.otlp import Record
 
 if TYPE_CHECKING:
     from core.model import Job
@@ -38,127 +45,233 @@ def _ns(seconds: float) -> int:
 
 
 def traceparent_of(span: Any) -> str:
-    """The W3C traceparent of a span's context."""
+    """The W3C traceparent of an OpenTelemetry span's context (or of a `RunSpan`)."""
+    if isinstance(span, RunSpan):
+        return span.traceparent
     c = span.get_span_context()
     return f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"
 
 
-PARENTS_KEPT = 4096  # parent contexts by traceparent: a batch's jobs share their submit's
+PARENTS_KEPT = 4096  # parsed traceparents: a batch's jobs share their submit's
 
 
 @functools.lru_cache(maxsize=PARENTS_KEPT)
-def _context_of(traceparent: str | None) -> tuple[Any, bool]:
-    """(the context of a stored traceparent (an empty one if it is not valid), whether it is sampled).
-    Built directly, and once per traceparent: the propagator's parse cost more than the span it parents."""
-    from opentelemetry import trace
-    from opentelemetry.context import Context
-
+def _parsed(traceparent: str | None) -> tuple[int, int, bool] | None:
+    """(trace id, span id, sampled) of a stored traceparent, or None if it is not a valid one."""
     if not traceparent or logs.trace_id_of(traceparent) is None:
-        return Context(), True
+        return None
     _, tid, sid, flags = traceparent.strip().split("-", 3)
-    bits = int(flags[:2], 16)
-    span = trace.NonRecordingSpan(trace.SpanContext(int(tid, 16), int(sid, 16), is_remote=True,
-                                                    trace_flags=trace.TraceFlags(bits)))  # fmt: skip
-    return trace.set_span_in_context(span), bool(bits & 1)
+    return int(tid, 16), int(sid, 16), bool(int(flags[:2], 16) & 1)
+
+
+def _new_id(bits: int) -> int:
+    while not (n := random.getrandbits(bits)):
+        pass
+    return n
+
+
+class RunSpan:
+    """The run's span on an agent while the task runs: its context is the task's, `set_attribute` adds
+    to what is recorded when it ends."""
+
+    __slots__ = ("attributes", "span_id", "trace_id", "traceparent")
+
+    def __init__(self, trace_id: int, span_id: int, attributes: dict[str, Any]) -> None:
+        self.trace_id, self.span_id, self.attributes = trace_id, span_id, attributes
+        self.traceparent = f"00-{trace_id:032x}-{span_id:016x}-01"
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
+
+
+class _SdkSink:
+    """Spans handed to an SDK TracerProvider's span processors as finished spans (the in-memory
+    exporter of the tests, the console exporter): the same spans the OTLP path encodes."""
+
+    def __init__(self, provider: Any) -> None:
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        self._processor = provider._active_span_processor  # the processors add_span_processor registered
+        self._resource = provider.resource
+        self._scope = InstrumentationScope("jobdeck")
+
+    def add(self, r: Record) -> None:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.trace.status import Status, StatusCode
+
+        name, tid, sid, pid, start, end, attrs, events, error = r
+        sampled = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+        span = ReadableSpan(
+            name,
+            context=trace.SpanContext(tid, sid, is_remote=False, trace_flags=sampled),
+            parent=trace.SpanContext(tid, pid, is_remote=True, trace_flags=sampled) if pid else None,
+            resource=self._resource,
+            attributes=dict(attrs),
+            events=tuple(Event(e, timestamp=at) for e, at in events),
+            status=Status(StatusCode.ERROR, error) if error is not None else Status(StatusCode.UNSET),
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=self._scope,
+        )
+        self._processor.on_end(span)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        return bool(self._processor.force_flush(int(timeout * 1000)))
+
+    def shutdown(self) -> None:
+        self._processor.shutdown()
 
 
 class Tracing:
-    """The node's (or agent's) tracer, or none: every hook is a no-op then."""
+    """The node's (or agent's) tracer, or none: every hook is a no-op then.
 
-    def __init__(self, provider: Any = None) -> None:
+    A step's span is a tuple handed to the sink (JobDeck's OTLP encoder, core/obs/otlp.py, or an SDK
+    provider's processors): the SDK's per-span machinery (a Span object, attribute cleaning, a
+    protobuf object per attribute) cost more than the rest of a job. The provider's sampler decides;
+    with a parent-based one (the default) a job's spans follow its stored traceparent's sampled bit."""
+
+    def __init__(self, provider: Any = None, sink: Any = None) -> None:
         self.provider = provider
-        self.tracer = provider.get_tracer("jobdeck") if provider is not None else None
-        # With a parent-based sampler (the default) a child of an unsampled parent is never recorded:
-        # such jobs skip the SDK's span machinery altogether (OTEL_TRACES_SAMPLER=parentbased_traceidratio).
+        self.sink: Any = None
+        self.sampler: Any = None
         self._follows_parent = False
+        self._shut = False
         if provider is not None:
             from opentelemetry.sdk.trace.sampling import ParentBased
 
-            self._follows_parent = isinstance(getattr(provider, "sampler", None), ParentBased)
+            self.sink = sink if sink is not None else _SdkSink(provider)
+            self.sampler = provider.sampler
+            self._follows_parent = isinstance(self.sampler, ParentBased)
 
     @property
     def enabled(self) -> bool:
-        return self.tracer is not None
+        return self.sink is not None
 
-    def _parent(self, traceparent: str | None) -> Any:
-        """The context of a stored (valid) traceparent; an empty one without."""
-        return _context_of(traceparent)[0]
+    def _keeps(self, parent: tuple[int, int, bool] | None, trace_id: int, name: str) -> bool:
+        """Whether a span (of `trace_id`, under `parent` if any) is recorded: the sampler's decision."""
+        if parent is not None and self._follows_parent:
+            return parent[2]
+        from opentelemetry import trace
 
-    def _skipped(self, traceparent: str | None) -> bool:
-        """True if the job's spans would not be recorded anyway (its trace is not sampled)."""
-        return self._follows_parent and not _context_of(traceparent)[1]
+        ctx = None
+        if parent is not None:
+            flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if parent[2] else 0)
+            remote = trace.SpanContext(parent[0], parent[1], is_remote=True, trace_flags=flags)
+            ctx = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+        return bool(self.sampler.should_sample(ctx, trace_id, name).decision.is_sampled())
+
+    def _child(self, traceparent: str | None, name: str) -> tuple[int, int] | None:
+        """(trace id, parent span id) for a step of a job with this stored traceparent, or None: the
+        job has no trace, or its spans are not recorded."""
+        parent = _parsed(traceparent)
+        if parent is None or not self._keeps(parent, parent[0], name):
+            return None
+        return parent[0], parent[1]
 
     @contextlib.contextmanager
     def submit(self, jobs: int) -> Iterator[str | None]:
         """Around a submit: yields the traceparent to store on the new jobs (None: no trace)."""
         incoming = logs.traceparent.get()
-        if self.tracer is None:
+        if self.sink is None:
             yield incoming
             return
-        with self.tracer.start_as_current_span("jobdeck.submit", context=self._parent(incoming),
-                                               attributes={"jobdeck.jobs": jobs}) as span:  # fmt: skip
+        started = time.time_ns()
+        parent = _parsed(incoming)
+        tid = parent[0] if parent is not None else _new_id(128)
+        if not self._keeps(parent, tid, "jobdeck.submit"):
             # a trace the sampler dropped is none: no id that leads nowhere, no spans for its jobs
-            yield traceparent_of(span) if span.is_recording() or incoming else None
+            yield incoming if parent is not None else None
+            return
+        sid = _new_id(64)
+        error = None
+        try:
+            yield f"00-{tid:032x}-{sid:016x}-01"
+        except BaseException as e:
+            error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            self.sink.add(("jobdeck.submit", tid, sid, parent[1] if parent is not None else 0, started,
+                           time.time_ns(), {"jobdeck.jobs": jobs}, (), error))  # fmt: skip
 
     def fired(self, schedule_id: int, fire_times: int) -> str | None:
         """A schedule's firing (one span, at the moment it fires): the traceparent to store on the jobs
         it makes, or None (no trace). Each firing starts a trace of its own, as a submit without a
         caller's context does."""
-        if self.tracer is None:
+        if self.sink is None:
             return None
-        from opentelemetry.context import Context
-
+        tid = _new_id(128)
+        if not self._keeps(None, tid, "jobdeck.schedule.fire"):
+            return None
+        sid, now = _new_id(64), time.time_ns()
         attrs = {"jobdeck.schedule_id": schedule_id, "jobdeck.fire_times": fire_times}
-        span = self.tracer.start_span("jobdeck.schedule.fire", context=Context(), attributes=attrs)
-        span.end()
-        return traceparent_of(span) if span.get_span_context().trace_flags.sampled else None
+        self.sink.add(("jobdeck.schedule.fire", tid, sid, 0, now, now, attrs, (), None))
+        return f"00-{tid:032x}-{sid:016x}-01"
 
     def claimed(self, jobs: Iterable[Job], began: float, agent: str) -> None:
         """Each traced job's wait, from when it was due to its claim, with the claim in it: one
         transaction claims a batch of jobs, so it is an event (claim began, committed) of each
         job's wait span, with the agent, rather than a span repeated for every job of the batch."""
-        if self.tracer is None:
+        if self.sink is None:
             return
         ended = time.time()
+        add = self.sink.add
         for j in jobs:
-            if not j.traceparent or self._skipped(j.traceparent):
+            if not j.traceparent or (step := self._child(j.traceparent, "jobdeck.wait")) is None:
                 continue
             due = max(j.run_at, j.created_at)
             attrs = {"jobdeck.job_id": j.id, "jobdeck.attempt": j.attempt, "jobdeck.queue": j.queue,
                      "jobdeck.agent": agent}  # fmt: skip
-            wait = self.tracer.start_span("jobdeck.wait", context=self._parent(j.traceparent), start_time=_ns(due),
-                                          attributes=attrs)  # fmt: skip
-            wait.add_event("jobdeck.claim", timestamp=_ns(max(due, began)))  # the claim: this event to the end
-            wait.end(end_time=_ns(max(due, ended)))
+            # the claim: this event to the end
+            add(("jobdeck.wait", step[0], _new_id(64), step[1], _ns(due), _ns(max(due, ended)), attrs,
+                 (("jobdeck.claim", _ns(max(due, began))),), None))  # fmt: skip
 
     def result(self, job: Job, outcome: str, attempt: int, began: float) -> None:
         """The recording of an attempt's result."""
-        if self.tracer is None or not job.traceparent or self._skipped(job.traceparent):
+        if self.sink is None or not job.traceparent or (step := self._child(job.traceparent, "jobdeck.result")) is None:
             return
-        span = self.tracer.start_span("jobdeck.result", context=self._parent(job.traceparent), start_time=_ns(began),
-                                      attributes={"jobdeck.job_id": job.id, "jobdeck.attempt": attempt,
-                                                  "jobdeck.outcome": outcome, "jobdeck.state": job.state})  # fmt: skip
-        span.end()
+        attrs = {"jobdeck.job_id": job.id, "jobdeck.attempt": attempt, "jobdeck.outcome": outcome,
+                 "jobdeck.state": job.state}  # fmt: skip
+        self.sink.add(("jobdeck.result", step[0], _new_id(64), step[1], _ns(began), time.time_ns(), attrs, (), None))
 
     @contextlib.contextmanager
-    def run(self, traceparent: str | None, job_id: int, attempt: int, queue: str) -> Iterator[Any]:
-        """Around a run on an agent: yields the span (None when not traced); it is the current span
-        inside, and `traceparent_of(span)` is what the task gets."""
-        if self.tracer is None or not traceparent or self._skipped(traceparent):
+    def run(self, traceparent: str | None, job_id: int, attempt: int, queue: str) -> Iterator[RunSpan | None]:
+        """Around a run on an agent: yields the span (None when not traced); its context is the current
+        one inside (for an async Python task's own spans), and `span.traceparent` is what the task gets."""
+        if self.sink is None or not traceparent or (step := self._child(traceparent, "jobdeck.run")) is None:
             yield None
             return
-        attrs = {"jobdeck.job_id": job_id, "jobdeck.attempt": attempt, "jobdeck.queue": queue}
-        with self.tracer.start_as_current_span("jobdeck.run", context=self._parent(traceparent),
-                                               attributes=attrs) as span:  # fmt: skip
+        from opentelemetry import context, trace  # loaded already: the sink's provider imported them
+
+        started = time.time_ns()
+        span = RunSpan(step[0], _new_id(64), {"jobdeck.job_id": job_id, "jobdeck.attempt": attempt,
+                                               "jobdeck.queue": queue})  # fmt: skip
+        own = trace.SpanContext(span.trace_id, span.span_id, is_remote=False,
+                                trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))  # fmt: skip
+        token = context.attach(trace.set_span_in_context(trace.NonRecordingSpan(own)))
+        error = None
+        try:
             yield span
+        except BaseException as e:
+            error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            context.detach(token)
+            self.sink.add(("jobdeck.run", span.trace_id, span.span_id, step[1], started, time.time_ns(),
+                           span.attributes, (), error))  # fmt: skip
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Export what is buffered now (True once it is out)."""
+        return self.sink is None or bool(self.sink.flush(timeout))
 
     def shutdown(self) -> None:
-        """Export what is buffered (a stopping node or agent)."""
-        if self.provider is not None and hasattr(self.provider, "shutdown"):
-            self.provider.shutdown()
+        """Export what is buffered (a stopping node or agent); once."""
+        if self.sink is not None and not self._shut:
+            self._shut = True
+            self.sink.shutdown()
 
 
-DEFAULT_SAMPLE_RATIO = 0.1  # of the traces a node starts itself; see docs/observability.md "Sampling"
+DEFAULT_SAMPLE_RATIO = 1.0  # of the traces a node starts itself: every job; see docs/observability.md "Sampling"
 
 
 def tracing_for(mode: str, service: str = "jobdeck", sample_ratio: float = DEFAULT_SAMPLE_RATIO) -> Tracing:
@@ -179,11 +292,13 @@ def tracing_for(mode: str, service: str = "jobdeck", sample_ratio: float = DEFAU
     # The SDK reads the OTEL_* variables itself; this only asks whether the operator chose a sampler.
     chosen = bool(os.environ.get("OTEL_TRACES_SAMPLER"))
     sampler = None if chosen else ParentBasedTraceIdRatio(sample_ratio)
-    provider = TracerProvider(resource=Resource.create({"service.name": service}), sampler=sampler)
+    resource = Resource.create()  # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, when set, name the service
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": service}))
+    provider = TracerProvider(resource=resource, sampler=sampler)
     if mode == "otlp":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from core.obs.otlp import SpanBatcher
 
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    else:
-        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+        return Tracing(provider, SpanBatcher(provider.resource.attributes))
+    provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     return Tracing(provider)

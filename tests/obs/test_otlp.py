@@ -1,0 +1,139 @@
+"""JobDeck's own OTLP span export (core/obs/otlp.py): what it posts is read back with the official
+OTLP protobuf classes (opentelemetry-proto), field by field; and a node and a remote agent with
+JOBDECK_TRACING=otlp, at the default sampling, post every job's trace to an OTLP/HTTP endpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from core.obs import otlp
+from core.obs.tracing import tracing_for
+from tests.conftest import until
+from tests.obs.test_tracing import CALLER_SPAN, CALLER_TRACE, TRACEPARENT, _run, _serve
+
+
+def _attrs(kvs: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in kvs:
+        which = kv.value.WhichOneof("value")
+        v = getattr(kv.value, which)
+        out[kv.key] = [getattr(x, x.WhichOneof("value")) for x in v.values] if which == "array_value" else v
+    return out
+
+
+def test_the_encoded_request_reads_back_with_the_official_otlp_classes() -> None:
+    long_text = "x" * 300 + "é"
+    records: list[otlp.Record] = [
+        ("jobdeck.wait", 2**127 + 5, 2**63 + 7, 0xB7AD6B7169203331, 1_700_000_000_000_000_001, 1_700_000_000_500_000_000,
+         {"jobdeck.job_id": 123456789012, "neg": -3, "ok": True, "no": False, "ms": 2.5, "jobdeck.queue": "tq",
+          "long": long_text, "list": ["a", 1]},
+         (("jobdeck.claim", 1_700_000_000_400_000_000),), None),
+        ("jobdeck.submit", 1, 2, 0, 10, 20, {}, (), "ValueError: bad"),
+    ]  # fmt: skip
+    req = ExportTraceServiceRequest.FromString(otlp.encode(records, {"service.name": "jobdeck", "pid": 42}))
+    (rs,) = req.resource_spans
+    assert _attrs(rs.resource.attributes) == {"service.name": "jobdeck", "pid": 42}
+    (ss,) = rs.scope_spans
+    assert ss.scope.name == "jobdeck"
+    wait, submit = ss.spans
+    assert wait.name == "jobdeck.wait" and wait.kind == 1  # SPAN_KIND_INTERNAL
+    assert wait.trace_id == (2**127 + 5).to_bytes(16, "big") and wait.span_id == (2**63 + 7).to_bytes(8, "big")
+    assert wait.parent_span_id.hex() == "b7ad6b7169203331"
+    assert (wait.start_time_unix_nano, wait.end_time_unix_nano) == (
+        1_700_000_000_000_000_001,
+        1_700_000_000_500_000_000,
+    )
+    assert _attrs(wait.attributes) == {"jobdeck.job_id": 123456789012, "neg": -3, "ok": True, "no": False, "ms": 2.5,
+                                       "jobdeck.queue": "tq", "long": long_text, "list": ["a", 1]}  # fmt: skip
+    assert [(e.name, e.time_unix_nano) for e in wait.events] == [("jobdeck.claim", 1_700_000_000_400_000_000)]
+    assert wait.status.code == 0, "unset"
+    assert submit.parent_span_id == b"", "a root"
+    assert (submit.status.code, submit.status.message) == (2, "ValueError: bad"), "ERROR with its message"
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint: each POST to /v1/traces read with the official classes."""
+
+    spans: ClassVar[list[tuple[dict[str, Any], Any]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.path == "/v1/traces" and self.headers.get("content-type") == "application/x-protobuf":
+            for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
+                for ss in rs.scope_spans:
+                    _Receiver.spans.extend((_attrs(rs.resource.attributes), s) for s in ss.spans)
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _endpoint() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+async def test_a_node_and_its_agent_post_every_job_s_trace_over_otlp_http(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    _Receiver.spans = []
+    steps = {"jobdeck.submit", "jobdeck.wait", "jobdeck.run", "jobdeck.result"}
+
+    def trace(tid: str) -> dict[str, Any]:
+        return {s.name: s for _, s in _Receiver.spans if s.trace_id.hex() == tid}
+
+    with _endpoint() as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "jobdeck-test")
+        monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+        tracing = tracing_for("otlp")  # the default sampling: every job
+        async for node_url, _ in _serve(tmp_path, tracing):
+            called, _ = await _run(node_url, {"traceparent": TRACEPARENT})
+            own, output = await _run(node_url, {})
+            assert own["trace_id"] is not None, "a job without a caller's context is traced too (the default)"
+            await until(lambda tid=own["trace_id"]: steps <= set(trace(CALLER_TRACE)) and steps <= set(trace(tid)),
+                        timeout=30, what="both jobs' four spans at the endpoint")  # fmt: skip
+        tracing.shutdown()
+    spans = trace(CALLER_TRACE)
+    assert spans["jobdeck.submit"].parent_span_id.hex() == CALLER_SPAN, "the caller's traceparent honoured"
+    for step in ("jobdeck.wait", "jobdeck.run", "jobdeck.result"):
+        assert spans[step].parent_span_id == spans["jobdeck.submit"].span_id, f"{step} under the submit"
+    assert _attrs(spans["jobdeck.run"].attributes)["jobdeck.job_id"] == called["id"]
+    assert [e.name for e in spans["jobdeck.wait"].events] == ["jobdeck.claim"]
+    mine = trace(own["trace_id"])
+    assert mine["jobdeck.submit"].parent_span_id == b"", "the submit starts the trace"
+    assert f"tp=00-{own['trace_id']}-{mine['jobdeck.run'].span_id.hex()}-01" in output, output
+    assert {r["service.name"] for r, _ in _Receiver.spans} == {"jobdeck-test"}, "OTEL_SERVICE_NAME"
+
+
+def test_a_full_export_queue_drops_new_spans_and_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """Nothing listens at the endpoint: the queue holds OTEL_BSP_MAX_QUEUE_SIZE spans, the rest are
+    dropped (counted, one warning) rather than growing the node's memory."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "10")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    batcher = otlp.SpanBatcher({"service.name": "x"})
+    try:
+        for i in range(25):
+            batcher.add(("s", 1, i + 1, 0, 1, 2, {}, (), None))
+        assert batcher.dropped == 15 and len(batcher._queue) <= 10, (batcher.dropped, len(batcher._queue))
+        assert sum("queue full" in r.message for r in caplog.records) == 1, caplog.text
+    finally:
+        batcher.shutdown()
