@@ -93,7 +93,11 @@ class PrometheusText(Response):
 
 _TEXT: dict[int | str, dict[str, Any]] = {
     200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}, "description": "Prometheus text format"},
-    404: {"description": "metrics are off on this node (JOBDECK_METRICS=false)"},
+    # the error body is JSON like every error (the route's text/plain is for its 200 only)
+    404: {
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        "description": "metrics are off on this node (JOBDECK_METRICS=false)",
+    },
 }
 
 

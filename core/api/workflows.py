@@ -21,11 +21,12 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
 @router.post("/workflows", status_code=201, summary="Submit a workflow: up to 10,000 jobs and their dependencies",
-             response_model=WorkflowCreated)  # fmt: skip
+             response_model=WorkflowCreated, responses=errors(409))  # fmt: skip
 async def create_workflow(body: WorkflowCreate, engine: EngineDep, request: Request) -> JSON:
     """All jobs and edges are stored in one transaction, or none. A cycle is refused with the cycle
     spelled out (`a -> b -> c -> a`); an unknown ref or a job depending on itself is a 422 naming
-    the job (`jobs[3].depends_on[0]`)."""
+    the job (`jobs[3].depends_on[0]`). A 409 names the job whose unique key is held (or given twice)
+    or whose idempotency key is stored already."""
     await require(request, "jobs.write", (j.queue for j in body.jobs))
     wf, jobs = await engine.submit_workflow(body.name, body.specs())
     counts: dict[str, int] = {}
