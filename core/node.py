@@ -17,6 +17,7 @@ import uvicorn
 
 from core.api import create_app
 from core.api.kafka_submit import KafkaSubmissions
+from core.api.ws_protocol import WebSocketProtocol
 from core.bus import Bus, LocalBus
 from core.bus.redis import CHANNEL, RedisBus
 from core.config import Settings
@@ -202,7 +203,7 @@ class Node:
             self.app,
             log_level="warning",
             lifespan="off",
-            ws="websockets-sansio",
+            ws=WebSocketProtocol,  # uvicorn's websockets-sansio, answering every handshake it refuses
             ws_max_size=2**24,
             timeout_graceful_shutdown=5,
             # uvicorn believes X-Forwarded-For from 127.0.0.1 by default; only trusted_proxies may say who

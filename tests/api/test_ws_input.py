@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -147,3 +148,41 @@ async def test_a_registered_agent_that_sends_garbage_is_dropped_cleanly(running:
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007, closed.value
     await until(lambda: "ws-test" not in running.engine.hub.sessions, what="the agent's session to end")
     assert (await running.client.health())["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [(b"?types=" + b"x" * 9000, b"414"), (b"?since=1", b"431")],  # a request line over 8 KiB; 200 headers
+)
+@pytest.mark.parametrize("path", [b"/v1/events", b"/v1/agents"])
+async def test_a_handshake_too_large_to_read_is_answered_and_closed(
+    running: RunningNode, path: bytes, extra: bytes, status: bytes
+) -> None:
+    """websockets refuses it with a 414 / 431; uvicorn never sent that answer nor closed, so the
+    client waited for ever on a connection that stayed open."""
+    host, port = running.url.removeprefix("http://").split(":")
+    headers = b"".join(b"x-h%d: v\r\n" % i for i in range(200)) if status == b"431" else b""
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET " + path + extra + b" HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n"
+                 b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n" + headers + b"\r\n")  # fmt: skip
+    async with asyncio.timeout(10):
+        answer = await reader.read()  # to the end: the node closes the connection
+    writer.close()
+    assert answer.split(b" ")[1] == status, answer[:200]
+    assert (await running.client.health())["status"] == "ok"
+
+
+@pytest.mark.parametrize("path", ["/v1/events", "/v1/agents"])
+async def test_a_text_message_that_is_not_utf8_closes_with_1007_and_no_traceback(
+    running: RunningNode, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with asyncio.timeout(10), websockets.connect(ws_url(running, path)) as ws:
+        if path == "/v1/events":
+            assert orjson.loads(await ws.recv())["type"] == "stream.caught_up"
+        await ws.send(b"\xff\xfe", text=True)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007, closed.value
+    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]
+    assert not tracebacks, f"expected no traceback in the node's log, got {tracebacks}"
+    assert any("not UTF-8" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records), caplog.text
