@@ -190,6 +190,24 @@ _PG_CLAIM = (
 )
 
 
+# Whether a claim would find anything: a read (a claim is a write even when it takes nothing).
+_DUE = (
+    "SELECT 1 FROM notify_deliveries d JOIN notify_channels c ON c.id = d.channel_id WHERE d.status = 'pending' "
+    "AND d.next_at <= ? AND d.claimed_until < ? AND c.enabled AND d.channel_id NOT IN (SELECT value FROM json_each(?)) "
+    "LIMIT 1"
+)
+_PG_DUE = (
+    "SELECT 1 FROM notify_deliveries d JOIN notify_channels c ON c.id = d.channel_id WHERE d.status = 'pending' "
+    "AND d.next_at <= ? AND d.claimed_until < ? AND c.enabled AND NOT (d.channel_id = ANY(?::bigint[])) LIMIT 1"
+)
+
+
+def _due(now: float, skip: Sequence[int], pg: bool) -> Op:
+    skip_arg: Any = list(skip) if pg else _json(list(skip))
+    row = yield Stmt(_DUE, (now, now, skip_arg), "one", pg_sql=_PG_DUE)
+    return row is not None
+
+
 def _claim(now: float, until: float, limit: int, skip: Sequence[int], pg: bool) -> Op:
     skip_arg: Any = list(skip) if pg else _json(list(skip))
     rows = yield Stmt(_CLAIM, (until, now, now, skip_arg, limit), "all", pg_sql=_PG_CLAIM)
@@ -392,6 +410,10 @@ class _Notifications(HookStore):
     ) -> list[dict[str, Any]]:
         """Due deliveries of enabled channels not in `skip`, claimed for `ttl` seconds, oldest due first."""
         return await self._nwrite(lambda _now: _claim(now, now + ttl, limit, skip, self._pg))  # type: ignore[no-any-return]
+
+    async def deliveries_due(self, now: float, skip: Sequence[int] = ()) -> bool:
+        """Whether `claim_deliveries` would take anything now (a read: an idle node's polls write nothing)."""
+        return await self._nread(lambda: _due(now, skip, self._pg))  # type: ignore[no-any-return]
 
     async def record_attempts(self, results: Sequence[AttemptResult]) -> list[dict[str, Any]]:
         """Record sends; returns the channels this disabled."""
