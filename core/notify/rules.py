@@ -56,6 +56,11 @@ class RuleState:
 
     window: Window | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The last event seq applied. The state is saved in the transaction that writes what those
+    # events raised, and the relay's cursor moves later: a round repeated after a crash brings
+    # events this state has counted already, and they must not count twice (a window's
+    # "N suppressed", a failure count).
+    seq: int = 0
 
 
 def job_of(event: dict[str, Any]) -> dict[str, Any]:
@@ -123,12 +128,13 @@ def close_window(rule: dict[str, Any], state: RuleState, now: float) -> list[Ale
 def state_to_dict(state: RuleState) -> dict[str, Any]:
     w = state.window
     win = None if w is None else {"sent_at": w.sent_at, "suppressed": w.suppressed, "last_event": w.last_event}
-    return {"window": win, **state.extra}
+    return {"window": win, **state.extra, "seq": state.seq}
 
 
 def state_from_dict(raw: dict[str, Any]) -> RuleState:
     w = raw.get("window")
-    extra = {k: v for k, v in raw.items() if k != "window"}
+    extra = {k: v for k, v in raw.items() if k not in ("window", "seq")}
+    seq = int(raw.get("seq") or 0)
     if not w:
-        return RuleState(None, extra)
-    return RuleState(Window(float(w["sent_at"]), int(w.get("suppressed", 0)), w.get("last_event")), extra)
+        return RuleState(None, extra, seq)
+    return RuleState(Window(float(w["sent_at"]), int(w.get("suppressed", 0)), w.get("last_event")), extra, seq)

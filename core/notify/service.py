@@ -135,8 +135,13 @@ class NotifySink:
                 for rule in self.rules:
                     if not rule["enabled"] or not R.matches(rule["spec"], body):
                         continue
+                    state = self.states.setdefault(rule["id"], R.RuleState())
+                    if e.seq is not None:
+                        if e.seq <= state.seq:
+                            continue  # counted before this round was repeated (see RuleState.seq)
+                        state.seq = e.seq
                     changed.add(rule["id"])
-                    alerts += C.on_event(rule, self.states.setdefault(rule["id"], R.RuleState()), body, e.ts)
+                    alerts += C.on_event(rule, state, body, e.ts)
             await self._write(alerts, changed)
             assert events[-1].seq is not None
             return events[-1].seq

@@ -211,6 +211,35 @@ async def test_a_relay_round_repeated_after_a_crash_sends_and_shows_no_alert_twi
     assert [n["kind"] for n in notes] == ["alert"], f"one delivery, not two: {notes}"
 
 
+async def test_a_round_repeated_after_a_crash_does_not_count_the_suppressed_alerts_twice(
+    deck: Deck, receiver: Receiver
+) -> None:
+    """The rule's state (its window's suppressed count) is saved with the round's deliveries, and
+    the relay's cursor later: a node taking over after a crash reads that state and gets the same
+    events again. They must not be counted again (the summary said "5 more suppressed" for 2)."""
+    ch = await make_webhook(deck, receiver)
+    await deck.call("POST", "/v1/notifications/rules", {"name": "dead-window", "events": ["job.dead"],
+                                                        "channels": [ch["id"]], "window_seconds": 600}, 201)  # fmt: skip
+    for _ in range(3):
+        await deck.call("POST", "/v1/jobs", {"max_attempts": 1, "task": {"kind": "shell", "command": "exit 1"}}, 201)
+
+    async def suppressed() -> int | None:
+        [rule] = (await deck.call("GET", "/v1/notifications/rules", status=200))["rules"]
+        return int(rule["suppressed"]) if rule["suppressed"] >= 2 else None
+
+    assert await wait_until(suppressed, what="two alerts suppressed in the window") == 2
+    dead = [e for e in await deck.node.store.events_since(0, 10_000) if e.type == "job.dead"]
+    assert len(dead) == 3
+    sink = deck.node.notifier.sink
+    await sink.close()
+    await sink.open()  # what a node taking the lease does: the rules' states from the store
+    await sink.deliver(dead)  # the round again: the cursor had not moved past it
+    [rule] = (await deck.call("GET", "/v1/notifications/rules", status=200))["rules"]
+    assert rule["suppressed"] == 2, f"the repeated round counted again: {rule['suppressed']} suppressed"
+    alerts = [r for r in receiver.got if r.payload["type"] == "jobdeck.alert"]
+    assert len(alerts) == 1, [r.payload for r in alerts]
+
+
 async def test_a_schedule_that_pauses_itself_alerts_once_and_resuming_and_pausing_by_hand_does_not(
     deck: Deck, receiver: Receiver
 ) -> None:
