@@ -121,8 +121,10 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("filter", "slash", "Filter", ("jobs", "dead", "events"), help="/ then state:… queue:… tag:… name"),
     ActionSpec("sort", "s", "Sort", ("jobs", "dead"), show=False, help="cycle the sort column (S reverses)"),
     ActionSpec("sort_reverse", "S", "Reverse sort", ("jobs", "dead"), show=False),
-    ActionSpec("next_page", "right_square_bracket", "Next page", ("jobs", "dead"), show=False, help="key ]"),
-    ActionSpec("prev_page", "left_square_bracket", "Previous page", ("jobs", "dead"), show=False, help="key ["),
+    ActionSpec("next_page", "right_square_bracket", "Next page", ("jobs", "dead", "alerts"), show=False, help="key ]"),
+    ActionSpec(
+        "prev_page", "left_square_bracket", "Previous page", ("jobs", "dead", "alerts"), show=False, help="key ["
+    ),
     ActionSpec(
         "open",
         "enter",

@@ -464,8 +464,15 @@ class JobDeckClient:
 
     async def notifications(self, channel_id: int | None = None, limit: int = 100) -> list[Json]:
         """Deliveries, newest first."""
-        params = {"limit": limit, **({"channel_id": channel_id} if channel_id else {})}
-        return (await self._call("GET", "/v1/notifications", params=params))["notifications"]  # type: ignore[no-any-return]
+        return (await self.notifications_page(channel_id, limit=limit))["notifications"]  # type: ignore[no-any-return]
+
+    async def notifications_page(
+        self, channel_id: int | None = None, cursor: int | None = None, limit: int = 100
+    ) -> Json:
+        """One page of deliveries, newest first: {notifications, next_cursor} (pass it as `cursor`)."""
+        params = {"limit": limit, **({"channel_id": channel_id} if channel_id else {}),
+                  **({"cursor": cursor} if cursor else {})}  # fmt: skip
+        return await self._call("GET", "/v1/notifications", params=params)  # type: ignore[no-any-return]
 
     async def notification(self, notification_id: int) -> Json:
         """One delivery with every attempt (`log`)."""

@@ -14,6 +14,7 @@ from console_tui.screens.tables import TableView
 from core.errors import JobDeckError
 
 STATUS_STYLES = {"delivered": "green", "pending": "yellow", "failed": "bold red"}
+PAGE_SIZE = 100  # deliveries a page; older pages with ] (and back with [)
 KIND_STYLES = {"alert": "bold red", "summary": "yellow", "resolved": "green", "channel_disabled": "bold red",
                "test": "dim"}  # fmt: skip
 
@@ -30,6 +31,8 @@ class AlertsView(TableView):
         super().__init__()
         self.channel_names: dict[int, str] = {}
         self.refused: str | None = None
+        self.cursors: list[int | None] = [None]  # each page's cursor: the newest page's, then older ones
+        self.next_cursor: int | None = None
 
     def key(self, item: Json) -> str:
         return str(item["id"])
@@ -41,7 +44,13 @@ class AlertsView(TableView):
         try:
             channels = await self.console.client.channels()
             self.channel_names = {c["id"]: c["name"] for c in channels}
-            return await self.console.client.notifications(limit=200)
+            while True:  # a page key pressed while a reload reads: read the page now shown
+                cursor = self.cursors[-1]
+                page = await self.console.client.notifications_page(cursor=cursor, limit=PAGE_SIZE)
+                if self.cursors[-1] == cursor:
+                    break
+            self.next_cursor = page.get("next_cursor")
+            return list(page["notifications"])
         except JobDeckError as exc:
             self.refused = exc.message
             return []
@@ -52,8 +61,28 @@ class AlertsView(TableView):
         failed = sum(1 for n in self.items.values() if n["status"] == "failed")
         waiting = sum(1 for n in self.items.values() if n["status"] == "pending")
         n, c = len(self.items), len(self.channel_names)
-        return (f"{n} notification{'s' * (n != 1)}, {waiting} waiting, {failed} failed · {c} channel{'s' * (c != 1)}"
-                " · r replay · t send a test")  # fmt: skip
+        paging = [f"page {len(self.cursors)}"] if len(self.cursors) > 1 or self.next_cursor else []
+        if self.next_cursor:
+            paging.append("] older")
+        if len(self.cursors) > 1:
+            paging.append("[ newer")
+        return " · ".join([f"{n} notification{'s' * (n != 1)}, {waiting} waiting, {failed} failed",
+                           f"{c} channel{'s' * (c != 1)}", *paging, "r replay · t send a test"])  # fmt: skip
+
+    async def action_next_page(self) -> None:
+        if not self.next_cursor:
+            self.console.notify("these are the oldest notifications", timeout=2)
+            return
+        self.cursors.append(self.next_cursor)
+        await self.reload()
+        self.table.move_cursor(row=0)
+
+    async def action_prev_page(self) -> None:
+        if len(self.cursors) == 1:
+            return
+        self.cursors.pop()
+        await self.reload()
+        self.table.move_cursor(row=0)
 
     def cells(self, n: Json) -> list[Any]:
         d = self.console.fmt

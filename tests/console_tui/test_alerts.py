@@ -46,3 +46,33 @@ async def test_an_alert_shows_in_the_header_and_the_alerts_view_has_its_delivery
         await pilot.press("r")
         await receiver.wait_for(2)
         assert receiver.got[1].headers["webhook-id"] == receiver.got[0].headers["webhook-id"], "a replay keeps the id"
+
+
+async def test_the_alerts_view_pages_back_to_the_oldest_notification(
+    node,
+    api: JobDeckClient,
+    receiver: Receiver,  # type: ignore[no-untyped-def]  # noqa: F811
+) -> None:
+    from console_tui.screens.alerts import PAGE_SIZE
+
+    ch = await api.create_channel({"kind": "webhook", "name": "paged-hook", "url": receiver.url})
+    receiver.secret = ch["secret"]
+    sent = [await api.send_notification(ch["id"], f"note {i}") for i in range(PAGE_SIZE + 3)]
+    async with console(node.url) as (app, pilot):
+        await pilot.press("7")
+        view = app.main_screen.query_one("#alerts")  # type: ignore[union-attr]
+        await until(lambda: len(view.items) == PAGE_SIZE, 20, f"the newest {PAGE_SIZE} in the view")
+        assert sent[-1]["id"] in {n["id"] for n in view.items.values()}, "the newest page first"
+        assert "page 1" in view.bar() and "] older" in view.bar(), view.bar()
+        first = {n["id"] for n in view.items.values()}
+        await pilot.press("right_square_bracket")
+        oldest = {s["id"] for s in sent[:3]}
+        await until(lambda: oldest <= {n["id"] for n in view.items.values()}, 20, "the oldest on the next page")
+        assert len(view.items) < PAGE_SIZE and not first & {n["id"] for n in view.items.values()}, "a page of its own"
+        assert "page 2" in view.bar() and "] older" not in view.bar(), view.bar()
+        shown = len(view.items)
+        await pilot.press("right_square_bracket")  # the last page: stays
+        assert len(view.items) == shown
+        await pilot.press("left_square_bracket")
+        await until(lambda: len(view.items) == PAGE_SIZE, 20, "back to the newest page")
+        assert sent[-1]["id"] in {n["id"] for n in view.items.values()}

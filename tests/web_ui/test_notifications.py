@@ -17,6 +17,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from tests.conftest import Mailbox
 from tests.web_ui.conftest import Dashboard
 from tests.web_ui.test_dashboard import api
+from web_ui.pages.notifications import LOG_PAGE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 OpenPage = Callable[..., Page]
@@ -173,3 +174,29 @@ def test_an_email_channel_and_a_condition_rule_made_on_the_page_mail_an_alert(
     page.get_by_role("option", name="web-mail").click()
     expect(log.locator("tbody tr")).to_have_count(2)  # the test and the alert
     expect(log).not_to_contain_text("web-hook")
+
+
+def test_the_delivery_log_pages_back_to_the_oldest_delivery(
+    open_page: OpenPage, web: Dashboard, receiver: tuple[str, Hooked]
+) -> None:
+    """A channel with more deliveries than a page: Older shows the rest, down to the first one."""
+    url, seen = receiver
+    ch = api(web, "create_channel", {"kind": "webhook", "name": "web-paged", "url": url})
+    seen.secret = ch["secret"]
+    for i in range(LOG_PAGE + 5):
+        api(web, "send_notification", ch["id"], f"paged-{i}-note")
+    page = open_page("/notifications")
+    page.locator("#log-channel").click()
+    page.get_by_role("option", name="web-paged").click()
+    log = page.locator("#deliveries-table")
+    expect(log.locator("tbody tr")).to_have_count(LOG_PAGE)
+    expect(log.locator("tbody tr").first).to_contain_text(f"paged-{LOG_PAGE + 4}-note")  # newest first
+    expect(log).not_to_contain_text("paged-0-note")
+    expect(page.locator("#log-newer")).to_be_disabled()
+    page.click("#log-older")
+    expect(log.locator("tbody tr")).to_have_count(5)
+    expect(log.locator("tbody tr").last).to_contain_text("paged-0-note")
+    expect(page.locator("#log-older")).to_be_disabled()
+    page.click("#log-newer")
+    expect(log.locator("tbody tr")).to_have_count(LOG_PAGE)
+    expect(log.locator("tbody tr").first).to_contain_text(f"paged-{LOG_PAGE + 4}-note")

@@ -22,6 +22,7 @@ from web_ui.pages.notify_specs import (
 )
 from web_ui.state import AppState, page_state, set_editable
 
+LOG_PAGE = 50  # deliveries per page of the log
 _CHANNEL_FORM = ("name", "url", "host", "port", "security", "username", "password", "sender", "to")
 _RULE_FORM = ("name", "events", "condition", "queue", "channels", "window", *CONDITION_FIELDS)
 
@@ -41,6 +42,9 @@ class NotificationsState(AppState):
     deliveries: list[dict[str, str]] = []
     note: str = ""
     log_channel: str = "all"  # the delivery log shows this channel's deliveries (by name), or all
+    log_cursors: list[int] = []  # the cursor of each page of the log before this one (for "Newer")
+    log_cursor: int = 0  # this page's (0: the newest)
+    log_next: int = 0  # the next, older page's (0: this is the oldest)
     channel_names: list[str] = ["all"]
     new_kind: str = "webhook"
     new_name: str = ""
@@ -77,8 +81,8 @@ class NotificationsState(AppState):
         names = {ch["id"]: ch["name"] for ch in channels}
         self.channel_names = ["all", *names.values()]
         shown = next((i for i, n in names.items() if n == self.log_channel), None)
-        if shown is None:
-            self.log_channel = "all"
+        if shown is None and self.log_channel != "all":
+            self.log_channel, self.log_cursor, self.log_cursors = "all", 0, []
         self.channels = [
             {
                 "id": str(ch["id"]), "name": ch["name"], "kind": ch["kind"],
@@ -99,6 +103,7 @@ class NotificationsState(AppState):
             }
             for r in await c.alert_rules()
         ]  # fmt: skip
+        log = await c.notifications_page(channel_id=shown, cursor=self.log_cursor or None, limit=LOG_PAGE)
         self.deliveries = [
             {
                 "id": str(n["id"]), "when": clock(n["created_at"], self.zone_name()),
@@ -107,13 +112,28 @@ class NotificationsState(AppState):
                 "title": str(((n.get("payload") or {}).get("data") or {}).get("title") or ""),
                 "last": str(n.get("last_error") or n.get("last_status") or ""),
             }
-            for n in await c.notifications(channel_id=shown, limit=100)
+            for n in log["notifications"]
         ]  # fmt: skip
+        self.log_next = int(log.get("next_cursor") or 0)
 
     async def show_log(self, channel: str) -> None:
-        """The delivery log of one channel (by name), or of all."""
-        self.log_channel = channel
+        """The delivery log of one channel (by name), or of all (from its newest page)."""
+        self.log_channel, self.log_cursor, self.log_cursors = channel, 0, []
         await self.fetch()
+
+    async def older_log(self) -> Any:
+        """The log's next page (older deliveries)."""
+        if self.log_next:
+            self.log_cursors, self.log_cursor = [*self.log_cursors, self.log_cursor], self.log_next
+            return await self._fetch_or_fail()
+        return None
+
+    async def newer_log(self) -> Any:
+        """The log's page before this one (newer deliveries)."""
+        if self.log_cursors:
+            self.log_cursor, self.log_cursors = self.log_cursors[-1], self.log_cursors[:-1]
+            return await self._fetch_or_fail()
+        return None
 
     async def live_refresh(self, changes: list[Change] | None) -> None:
         # A delivery's attempts write no event (there may be thousands a second): while one is
@@ -404,5 +424,24 @@ def notifications_page() -> rx.Component:
             NotificationsState.deliveries,
             _delivery_row,
             "deliveries-table",
+        ),
+        rx.hstack(
+            rx.button(
+                "Newer",
+                id="log-newer",
+                on_click=NotificationsState.newer_log,
+                disabled=NotificationsState.log_cursors.length() == 0,
+                variant="soft",
+                size="1",
+            ),
+            rx.button(
+                "Older",
+                id="log-older",
+                on_click=NotificationsState.older_log,
+                disabled=NotificationsState.log_next == 0,
+                variant="soft",
+                size="1",
+            ),
+            spacing="2",
         ),
     )
