@@ -3,6 +3,7 @@ its events; the job actions work here too. It follows the job on its own feed (w
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any, ClassVar
 
@@ -25,6 +26,7 @@ from console_tui.widgets.header import ConsoleHeader
 from core.errors import JobDeckError
 
 OUTCOME_STYLES = {"succeeded": "green", "running": "bold yellow", "cancelled": "dim", "interrupted": "yellow"}
+RELATED_SHOWN = 10  # parents / children named in the Spec panel; past that, how many more
 ATTEMPT_COLUMNS = (("attempt", "#", 3), ("agent", "AGENT", 16), ("outcome", "OUTCOME", 10), ("started", "STARTED", 9),
                    ("duration", "TOOK", 8), ("exit", "EXIT", 5), ("error", "ERROR", 40))  # fmt: skip
 
@@ -48,6 +50,7 @@ class JobDetailScreen(JobActions, Screen[None]):
         super().__init__()
         self.job_id = job_id
         self.job: Json = {}
+        self.related: dict[int, Json] = {}  # the parents and children named in the Spec panel
         self.attempts_stale = False
 
     def compose(self) -> ComposeResult:
@@ -75,6 +78,7 @@ class JobDetailScreen(JobActions, Screen[None]):
         try:
             since = (await client.health())["last_seq"]
             self.job = await client.get_job(self.job_id)
+            await self._load_related()
             output = await client.output(self.job_id)
             events = await client.job_events(self.job_id)
         except JobDeckError as exc:
@@ -107,6 +111,25 @@ class JobDetailScreen(JobActions, Screen[None]):
                     self.attempts_stale = True
                 log.write(event_line(e, self.console.fmt.clock_time(epoch(e.get("ts"))), compact=True))
 
+    async def _load_related(self) -> None:
+        """Name and state of the first parents and children (a fan-out root has thousands)."""
+        ids = [*(self.job.get("parents") or [])[:RELATED_SHOWN], *(self.job.get("children") or [])[:RELATED_SHOWN]]
+        got = await asyncio.gather(*(self.console.client.get_job(i) for i in ids), return_exceptions=True)
+        self.related = {i: j for i, j in zip(ids, got, strict=True) if isinstance(j, dict)}
+
+    def _related_text(self, ids: list[int]) -> Text:
+        text = Text()
+        for i in ids[:RELATED_SHOWN]:
+            if text:
+                text.append(", ")
+            text.append(f"#{i}")
+            if r := self.related.get(i):
+                text.append(f" {r.get('ref') or r.get('name')} ")
+                text.append_text(state_text(r["state"], bool(r.get("cancel_requested"))))
+        if len(ids) > RELATED_SHOWN:
+            text.append(f" and {len(ids) - RELATED_SHOWN:,} more", style="dim")
+        return text
+
     def _show_job(self) -> None:
         j, d = self.job, self.console.fmt
         line = Text.assemble(
@@ -132,6 +155,13 @@ class JobDetailScreen(JobActions, Screen[None]):
         )
         if j.get("schedule_id"):  # made by a schedule: which one, and the fire time it stands for
             times.append(f"  schedule  #{j['schedule_id']}, fire time {d.date_time(epoch(j.get('fire_time')))}\n")
+        if j.get(
+            "workflow_id"
+        ):  # a job of a workflow: which one, its ref in it, what it waits for and what waits on it
+            times.append(f"  workflow  #{j['workflow_id']}" + (f" as {j['ref']}" if j.get("ref") else "") + "\n")
+        for label, key in (("parents ", "parents"), ("children", "children")):
+            if j.get(key):
+                times.append_text(Text.assemble(f"  {label}  ", self._related_text(list(j[key])), "\n"))
         times.append_text(Text.assemble("\n", ("Spec", "bold")))
         self.query_one("#spec", Static).update(Group(times, Pretty(spec, indent_guides=True)))
 

@@ -80,3 +80,35 @@ async def test_pause_and_cancel_a_workflow_from_the_list(node: ServerProcess) ->
             await until(lambda: isinstance(app.screen, ConfirmScreen), 3, "the confirmation")
             await pilot.press("enter")
             await until(lambda: view.items[key]["state"] == "cancelled", 5, "the workflow cancelled")
+
+
+async def test_job_detail_names_its_workflow_parents_and_children(node: ServerProcess) -> None:  # noqa: F811
+    from tests.console_tui.test_jobs import focus_job, jobs_view, plain
+
+    async with JobDeckClient(node.url) as api:
+        out = await api.submit_workflow("con-family", [
+            sh("root", "sleep 30"), sh("left", "true", "root"), sh("right", "true", "root"),
+            sh("join", "true", "left", "right"),
+        ])  # fmt: skip
+    ids, wf = out["ids"], out["workflow"]["id"]
+    async with console(node.url) as (app, pilot):
+
+        async def detail_of(ref: str) -> str:
+            await focus_job(jobs_view(app), ids[ref])
+            await pilot.press("enter")
+            screen = await until(lambda: app.screen if type(app.screen).__name__ == "JobDetailScreen" else None, 5)
+            await until(lambda: "Times" in plain(screen.query_one("#spec").content), 5, "the spec panel")
+            text = plain(screen.query_one("#spec").content)
+            await pilot.press("escape")
+            await until(lambda: app.screen is app.main_screen, 5, "back to the list")
+            return text
+
+        root = await detail_of("root")
+        assert f"workflow  #{wf} as root" in root, root
+        assert f"children  #{ids['left']} left blocked, #{ids['right']} right blocked" in root, root
+        assert "parents" not in root, root
+        join = await detail_of("join")
+        assert f"parents   #{ids['left']} left blocked, #{ids['right']} right blocked" in join, join
+        assert "children" not in join, join
+    async with JobDeckClient(node.url) as api:
+        await api.workflow_action(wf, "cancel")

@@ -51,6 +51,16 @@ def test_the_dag_is_drawn_and_coloured_live(open_page: OpenPage, web: Dashboard,
     node.click(timeout=NAV_TIMEOUT)  # a link: the page loads anew (long on a loaded two-core machine)
     expect(page).to_have_url(f"{web.url}/jobs/{ids['load']}", timeout=NAV_TIMEOUT)
     expect(page.locator("#detail-state")).to_have_text("succeeded", timeout=NAV_TIMEOUT)
+    # the job's detail names its workflow and its parents (links, with their states)
+    expect(page.locator("#job-workflow")).to_have_text(f"#{wf_id} as load")
+    for ref in ("clean", "enrich"):
+        expect(page.locator(f"#job-parents-{ids[ref]}")).to_contain_text(f"#{ids[ref]} {ref}")
+        expect(page.locator(f"#job-parents-{ids[ref]}")).to_contain_text("succeeded")
+    expect(page.locator("#job-children")).to_have_count(0)
+    page.locator(f"#job-parents-{ids['clean']}").click(timeout=NAV_TIMEOUT)
+    expect(page).to_have_url(f"{web.url}/jobs/{ids['clean']}", timeout=NAV_TIMEOUT)
+    expect(page.locator(f"#job-children-{ids['load']}")).to_contain_text(f"#{ids['load']} load", timeout=NAV_TIMEOUT)
+    expect(page.locator(f"#job-parents-{ids['extract']}")).to_contain_text("extract")
 
 
 def test_pause_resume_and_cancel_from_the_list(open_page: OpenPage, web: Dashboard) -> None:

@@ -16,6 +16,7 @@ from web_ui.state import AppState, page_state, set_editable
 
 ROUTE = "/jobs/[job_ref]"  # not [job_id]: Reflex makes the route argument a var of the root state
 OUTPUT_POLL = 0.5  # seconds between output reads while the job runs
+RELATED_SHOWN = 10  # parents / children named with their state; past that, how many more
 
 
 @page_state(ROUTE, editable=("prio_value",))
@@ -34,6 +35,24 @@ class JobDetailState(AppState):
     output: str = ""
     running: bool = False
     prio_value: str = ""
+    workflow: dict[str, str] = {}  # {id, label} of the job's workflow, or empty
+    parents: list[dict[str, str]] = []  # {id, label, state, color}, the first RELATED_SHOWN
+    children: list[dict[str, str]] = []
+    more_parents: str = ""  # "and 9,990 more" past RELATED_SHOWN
+    more_children: str = ""
+
+    async def _related(self, ids: list[int]) -> tuple[list[dict[str, str]], str]:
+        """Name and state of the first of `ids` (a fan-out root has thousands of children)."""
+        shown = ids[:RELATED_SHOWN]
+        got = await asyncio.gather(*(self.client().get_job(i) for i in shown), return_exceptions=True)
+        rows = []
+        for i, j in zip(shown, got, strict=True):
+            ok = isinstance(j, dict)
+            state = str(j["state"]) if ok else "?"
+            rows.append({"id": str(i), "label": f"#{i} {(j.get('ref') or j.get('name')) if ok else ''}".strip(),
+                         "state": state, "color": STATE_COLOR.get(state, "gray")})  # fmt: skip
+        more = f"and {len(ids) - len(shown):,} more" if len(ids) > len(shown) else ""
+        return rows, more
 
     def _id_from_url(self) -> int:
         tail = self.router.url.path.rstrip("/").rsplit("/", 1)[-1]
@@ -85,6 +104,13 @@ class JobDetailState(AppState):
         ]
         self.output = str(out.get("output") or "")
         self.running = job["state"] == "running"
+        wf = job.get("workflow_id")
+        self.workflow = (
+            {"id": str(wf), "label": f"#{wf}" + (f" as {job['ref']}" if job.get("ref") else "")} if wf else {}
+        )
+        (self.parents, self.more_parents), (self.children, self.more_children) = await asyncio.gather(
+            self._related(list(job.get("parents") or [])), self._related(list(job.get("children") or []))
+        )
 
     async def live_refresh(self, changes: list[Change] | None) -> None:
         if changes is None or any(c.job_id == self.job_id for c in changes):
@@ -139,6 +165,24 @@ def _trace(j: Any) -> rx.Component:
     """The job's trace id: a link to the trace UI when the core has a trace_url_template."""
     link = rx.link(j["trace_id"], href=j["trace_url"], is_external=True)
     return rx.box(rx.cond(j["trace_url"] != "", link, rx.text(j["trace_id"])), id="job-trace")
+
+
+def _related(kind: str, rows: Any, more: Any) -> rx.Component:
+    """Parents or children: each a link to its job, with its state."""
+    return rx.flex(
+        rx.foreach(
+            rows,
+            lambda r: rx.link(
+                rx.hstack(rx.text(r["label"]), rx.badge(r["state"], color_scheme=r["color"]), spacing="1"),
+                href="/jobs/" + r["id"],
+                id=f"job-{kind}-" + r["id"],
+            ),
+        ),
+        rx.text(more, color_scheme="gray", size="2"),
+        wrap="wrap",
+        spacing="3",
+        id=f"job-{kind}",
+    )
 
 
 def _kv(label: str, value: Any) -> rx.Component:
@@ -222,6 +266,25 @@ def _details() -> rx.Component:
                     _kv("Agent", j["agent"]),
                     _kv("Trace", _trace(j)),
                     _kv("Note", j["note"]),
+                    rx.cond(
+                        JobDetailState.workflow.contains("id"),
+                        _kv(
+                            "Workflow",
+                            rx.link(
+                                JobDetailState.workflow["label"],
+                                href="/workflows/" + JobDetailState.workflow["id"],
+                                id="job-workflow",
+                            ),
+                        ),
+                    ),
+                    rx.cond(
+                        JobDetailState.parents.length() > 0,
+                        _kv("Parents", _related("parents", JobDetailState.parents, JobDetailState.more_parents)),
+                    ),
+                    rx.cond(
+                        JobDetailState.children.length() > 0,
+                        _kv("Children", _related("children", JobDetailState.children, JobDetailState.more_children)),
+                    ),
                 )
             ),
             rx.card(
