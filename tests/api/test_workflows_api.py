@@ -229,3 +229,11 @@ async def test_a_workflow_schedule_takes_every_policy_and_refuses_a_cycle(runnin
     assert ran["ref"] == ":run" and ran["workflow_id"] is not None, ran
     for w in (await running.client.workflows())["workflows"]:
         await running.client._call("POST", f"/v1/workflows/{w['id']}/cancel")
+
+
+async def test_a_workflow_over_the_size_bound_is_a_422_naming_jobs_and_nothing_is_written(running: RunningNode) -> None:
+    jobs = [sh(f"j{i}") for i in range(10_001)]
+    with pytest.raises(InvalidInput) as err:
+        await running.client.submit_workflow("too-big", jobs)
+    assert err.value.field == "jobs" and "10000" in err.value.message.replace(",", ""), err.value.to_dict()
+    assert (await running.client.workflows())["workflows"] == [] and (await running.client.list_jobs())["jobs"] == []
