@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from core.errors import Conflict, InvalidInput
+from core.errors import Conflict, InvalidInput, JobDeckError
 from core.model import Change, Job, JobState, Policy, _move, iso, sort_key
 
 S = JobState
@@ -230,7 +230,10 @@ def plan_dependencies(
             if parent is None:
                 raise InvalidInput(f"{where}: no job with id {pid}", field=where)
             if check is not None:
-                check(parent)
+                try:
+                    check(parent)
+                except JobDeckError as exc:  # named as the other refusals are: the field, then why
+                    raise type(exc)(f"{where}: {exc.message}", field=where, **exc.extra) from None
             why = parent_refused(parent)
             if why is not None:
                 raise InvalidInput(f"{where}: {why}", field=where)

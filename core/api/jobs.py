@@ -77,7 +77,7 @@ def _parent_check(request: Request) -> Callable[[Job], None] | None:
 
     def check(parent: Job) -> None:
         if not p.may("jobs.read", parent.queue):
-            raise Forbidden(f"depends_on: job {parent.id} is in queue {parent.queue!r}, which {p.name} may not see")
+            raise Forbidden(f"job {parent.id} is in queue {parent.queue!r}, which {p.name} may not see")
 
     return check
 

@@ -211,8 +211,14 @@ async def test_an_operator_acts_only_in_the_teams_queues(deck: Deck) -> None:
         bulk = (await op.post("/v1/jobs/bulk", json={"action": "cancel", "ids": [ml_job["id"], pay_job["id"]]})).json()
         assert bulk["changed"] == 1 and bulk["errors"][0]["id"] == ml_job["id"]
         assert bulk["errors"][0]["error"] == "forbidden"
+        before = len((await op.get("/v1/jobs")).json()["jobs"])
         resp = await op.post("/v1/jobs", json={**JOB, "queue": "payments-eu", "depends_on": [ml_job["id"]]})
-        assert resp.status_code == 403 and resp.json()["message"].startswith("depends_on: job"), resp.text
+        assert resp.status_code == 403 and resp.json()["field"] == "depends_on[0]", resp.text
+        assert resp.json()["message"].startswith("depends_on[0]: job"), resp.text
+        resp = await op.post("/v1/jobs/batch", json={"jobs": [{**JOB, "queue": "payments-eu"},
+                                                              {**JOB, "queue": "payments-eu", "depends_on": [ml_job["id"]]}]})  # fmt: skip
+        assert resp.status_code == 403 and resp.json()["field"] == "jobs[1].depends_on[0]", resp.text
+        assert len((await op.get("/v1/jobs")).json()["jobs"]) == before, "no partial write: the batch's first job too"
     async with deck.http("admin") as admin:
         ml_flow = {"name": "ml", "jobs": [{**JOB, "ref": "a", "delay": 3600}, {**JOB, "ref": "b", "queue": "ml"}]}
         ml_wf = (await admin.post("/v1/workflows", json=ml_flow)).json()["workflow"]

@@ -140,3 +140,20 @@ async def test_slo_counts_of_the_jobs_finished_in_a_window(kit: StoreKit) -> Non
     counts = await store.slo_counts(NOW - 3600)
     assert counts == {"started": 6, "under_100": 0, "under_500": 0, "under_2000": 0, "succeeded": 4, "dead": 2}
     assert (await store.slo_counts(NOW - 3 * DAY))["started"] == 9
+
+
+async def test_an_idempotency_key_lives_as_long_as_its_job_then_makes_a_new_one(kit: StoreKit) -> None:
+    """The documented retention of idempotency keys (docs/workflows.md): job_retention_days, per queue."""
+    store = kit.store
+    spec = {"name": "once", "queue": "q", "idempotency_key": "invoice-7", "max_attempts": 1,
+            "task": {"kind": "shell", "command": "true"}}  # fmt: skip
+    [(first, created)] = await store.submit_jobs([build_job(spec, NOW - 40 * DAY, POLICY)])
+    [claimed] = await store.claim_jobs(ClaimRequest("a1", 10, frozenset({"q"})), NOW - 40 * DAY)
+    await store.change_jobs({claimed.id: lambda j: decide_finish(j, RunResult(j.id, 1, "succeeded"), NOW - 40 * DAY,
+                                                                 POLICY)})  # fmt: skip
+    [(again, created_again)] = await store.submit_jobs([build_job(spec, NOW, POLICY)])
+    assert created and (again.id, created_again) == (first.id, False), "while its job is stored the key answers"
+    cut = Cutoffs(NOW - 30 * DAY, {})
+    assert await store.purge_jobs([r["job"]["id"] for r in await store.archivable_jobs(cut, 10)], cut) == 1
+    [(fresh, created_fresh)] = await store.submit_jobs([build_job(spec, NOW, POLICY)])
+    assert created_fresh and fresh.id != first.id, "once retention purged its job, the key makes a new job"
