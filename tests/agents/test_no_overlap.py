@@ -2,7 +2,10 @@
 attempt starts only after the previous one really stopped, and a stopped run never goes on.
 
 Each task notes, from inside itself, its start, a tick every 50 ms and its end (tasks_for_tests
-record_ticks). A real `jobdeck server` and a real `jobdeck agent` process run all six cases at once.
+record_ticks). An http task's run is its request as the receiving server sees it: the server here
+notes the request's start, a tick every 50 ms while the agent keeps the connection open, and its
+end if it answered. A real `jobdeck server` and a real `jobdeck agent` process run all eight cases
+at once.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from core.client import JobDeckClient
 from tests.agents.conftest import TASKS, RemoteAgent
+from tests.agents.tasks_for_tests import TICK_SECONDS, _note
 from tests.agents.test_handlers import alive
 from tests.conftest import ROOT, until
 
@@ -50,7 +54,34 @@ def runs_of(log: Path, case: str) -> list[Run]:
     return sorted(runs.values(), key=lambda r: r.start)
 
 
-def task_of(kind: str, log: Path, case: str) -> dict[str, Any]:
+async def slow_endpoint(log: Path) -> asyncio.Server:
+    """An HTTP server whose every request takes RUN_SECONDS to answer, noted in `log` as a run of
+    the case its path names; a request whose client hangs up ends there, without an `end`."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        case, run = head.split(b" ")[1].decode().strip("/"), f"http.{time.monotonic_ns()}"
+        _note(str(log), "start", case, run)
+        deadline = time.monotonic() + RUN_SECONDS
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    if await asyncio.wait_for(reader.read(1), TICK_SECONDS) == b"":
+                        return  # the agent hung up: the run stopped here
+                except TimeoutError:
+                    _note(str(log), "tick", case, run)
+            _note(str(log), "end", case, run)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+            await writer.drain()
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(answer, "127.0.0.1", 0)
+
+
+def task_of(kind: str, log: Path, case: str, endpoint: str = "") -> dict[str, Any]:
+    if kind == "http":
+        return {"kind": "http", "url": f"{endpoint}/{case}", "method": "GET"}
     args = [str(log), case, RUN_SECONDS]
     if kind == "sync":
         return {"kind": "python", "function": f"{TASKS}:record_ticks", "args": args}
@@ -60,11 +91,11 @@ def task_of(kind: str, log: Path, case: str) -> dict[str, Any]:
     return {"kind": "shell", "argv": [sys.executable, "-c", code, *map(str, args)], "cwd": str(ROOT)}
 
 
-async def _timeout_case(c: JobDeckClient, kind: str, log: Path) -> list[str]:
+async def _timeout_case(c: JobDeckClient, kind: str, log: Path, endpoint: str) -> list[str]:
     """Two attempts, each stopped by its timeout; the job ends dead."""
     case = f"{kind}-timeout"
     spec = {
-        "task": task_of(kind, log, case),
+        "task": task_of(kind, log, case, endpoint),
         "timeout": TIMEOUT,
         "max_attempts": 2,
         "backoff": {"base": 0.1, "cap": 0.1},
@@ -81,10 +112,10 @@ def _has_runs(log: Path, case: str, n: int) -> bool:
     return len(runs_of(log, case)) >= n
 
 
-async def _cancel_case(c: JobDeckClient, kind: str, log: Path) -> list[str]:
+async def _cancel_case(c: JobDeckClient, kind: str, log: Path, endpoint: str) -> list[str]:
     """Cancel the run, retry the job at once, cancel the second run too."""
     case = f"{kind}-cancel"
-    job = await c.submit({"task": task_of(kind, log, case), "max_attempts": 1})
+    job = await c.submit({"task": task_of(kind, log, case, endpoint), "max_attempts": 1})
     for n in (1, 2):
         await until(partial(_has_runs, log, case, n), 20, f"{case}: run {n} to start")
         await c.job_action(job["id"], "cancel")
@@ -100,9 +131,12 @@ async def test_no_two_attempts_of_a_job_overlap_and_a_stopped_run_never_goes_on(
     remote_agent: RemoteAgent, tmp_path: Path
 ) -> None:
     client, log = remote_agent.client, tmp_path / "ticks.log"
-    kinds = ("sync", "async", "shell")
+    kinds = ("sync", "async", "shell", "http")
+    server = await slow_endpoint(log)
+    endpoint = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     results = await asyncio.gather(
-        *(_timeout_case(client, k, log) for k in kinds), *(_cancel_case(client, k, log) for k in kinds)
+        *(_timeout_case(client, k, log, endpoint) for k in kinds),
+        *(_cancel_case(client, k, log, endpoint) for k in kinds),
     )
     problems = [p for r in results for p in r]
     cases = [f"{k}-{how}" for how in ("timeout", "cancel") for k in kinds]
@@ -123,8 +157,9 @@ async def test_no_two_attempts_of_a_job_overlap_and_a_stopped_run_never_goes_on(
         for n, r in enumerate(runs, 1):
             if r.ended:
                 problems.append(f"{case}: run {n} was stopped but ran on to its end")
-            if not case.startswith("async") and alive(r.pid):
+            if case.startswith(("sync", "shell")) and alive(r.pid):
                 problems.append(f"{case}: run {n}'s process {r.pid} still runs")
+    server.close()
     assert not problems, "expected no overlap and no run going on after its stop, got:\n" + "\n".join(problems)
 
 
