@@ -102,6 +102,85 @@ async def test_pruned_event_seqs_are_not_reused(kit: StoreKit) -> None:
     assert event.seq == last + 1, f"expected seq {last + 1} after pruning up to {last}, got {event.seq}"
 
 
+async def test_deleted_newest_channel_rule_and_hook_ids_are_not_reused(kit: StoreKit) -> None:
+    """The notification routes show and take these ids (GET /v1/notifications/channels/{id}, ...):
+    a deleted newest one's id must not name the next one, across a restart too."""
+    s = kit.store
+
+    async def make(kind: str, name: str) -> int:
+        if kind == "channel":
+            return int((await kit.store.create_channel(name, "webhook", {"url": "http://x/"}, {}))["id"])
+        if kind == "rule":
+            return int((await kit.store.create_rule(name, {"events": ["job.dead"], "channels": []}))["id"])
+        return int((await kit.store.create_hook(name, "none", {}, {"task": NOOP}, 300.0))["id"])
+
+    deleters = {"channel": s.delete_channel, "rule": s.delete_rule, "hook": s.delete_hook}
+    newest = {}
+    for kind, delete in deleters.items():
+        await make(kind, f"{kind}-a")
+        newest[kind] = await make(kind, f"{kind}-b")
+        await delete(newest[kind])
+        again = await make(kind, f"{kind}-c")
+        assert again > newest[kind], f"expected a {kind} id above {newest[kind]} (deleted), got {again}"
+        await delete(again)
+        newest[kind] = again
+    await restart(kit)
+    for kind in deleters:
+        after = await make(kind, f"{kind}-d")
+        assert after > newest[kind], f"after a restart: expected a {kind} id above {newest[kind]}, got {after}"
+
+
+async def test_every_sqlite_table_with_an_integer_id_hands_ids_out_once(tmp_path: Path) -> None:
+    """Every SQLite table keyed by its rowid (`id INTEGER PRIMARY KEY`) says AUTOINCREMENT, else a
+    deleted newest row's id comes back (max(rowid) + 1); a table added by a later migration too."""
+    path = tmp_path / "ids.db"
+    store = SQLiteStore(path, POLICY, on_commit=lambda events: None)
+    await store.open()
+    await store.close()
+    conn = sqlite3.connect(path)
+    tables = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL").fetchall()
+    keyed = {}
+    for name, sql in tables:
+        pk = [r[1] for r in conn.execute(f"PRAGMA table_info({name})") if r[5]]
+        types = {r[1]: r[2].upper() for r in conn.execute(f"PRAGMA table_info({name})")}
+        if len(pk) == 1 and types[pk[0]] == "INTEGER":  # a rowid alias
+            keyed[name] = "AUTOINCREMENT" in sql.upper()
+    conn.close()
+    assert {"jobs", "schedules", "events", "audit_log", "workflows", "notify_channels", "notify_rules",
+            "notify_hooks", "notify_deliveries"} <= set(keyed), sorted(keyed)  # fmt: skip
+    reused = sorted(name for name, auto in keyed.items() if not auto)
+    assert not reused, f"tables whose deleted newest id would be handed out again: {reused}"
+
+
+async def test_every_postgres_id_column_is_an_identity(pg_url: str) -> None:
+    """PostgreSQL's identity sequences only grow: every bigint `id` primary key is one (event seqs
+    come from the event_seq counter, test_pruned_event_seqs_are_not_reused)."""
+    import asyncpg
+
+    from core.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_url, POLICY, on_commit=lambda events: None)
+    await store.open()
+    await store.close()
+    conn = await asyncpg.connect(pg_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT c.table_name, c.is_identity, c.column_default FROM information_schema.columns c "
+            "JOIN information_schema.key_column_usage k USING (table_schema, table_name, column_name) "
+            "JOIN information_schema.table_constraints t USING (table_schema, table_name, constraint_name) "
+            "WHERE c.table_schema = current_schema() AND c.column_name = 'id' AND t.constraint_type = 'PRIMARY KEY' "
+            "AND c.data_type IN ('bigint', 'integer') AND c.table_name <> 'event_seq'"
+        )
+    finally:
+        await conn.close()
+    cols = [(r[0], r[1], r[2] or "") for r in rows]
+    assert {"jobs", "schedules", "audit_log", "workflows", "notify_channels", "notify_rules", "notify_hooks"} <= {
+        t for t, _, _ in cols
+    }, cols
+    plain = [t for t, identity, default in cols if identity != "YES" and "nextval" not in default]
+    assert not plain, f"id columns without a sequence (an id could be handed out twice): {plain}"
+
+
 async def test_the_migration_keeps_an_old_database_and_its_ids(tmp_path: Path) -> None:
     """A file from before migration 6 (tables without AUTOINCREMENT) migrates with its rows, ids and
     every index it had."""
