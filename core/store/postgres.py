@@ -68,6 +68,7 @@ from core.store.schedule_runs import (
     Firing,
     MakeJob,
     after_runs_ended,
+    backfill_bound,
     decide_firing,
     deleted_reason,
     emit_backfill_event,
@@ -575,7 +576,7 @@ class PostgresStore(
             out = BackfillResult(len(fire_times), len(known))
             if dry_run:
                 return out
-            _, jobs = jobs_to_make(s, fire_times, active, known, make_job, overlap, len(fire_times))
+            _, jobs = jobs_to_make(s, fire_times, active, known, make_job, overlap, backfill_bound(fire_times, active))
             out.made = await self._insert_runs(tx, s, jobs)
             await c.execute("UPDATE schedules SET fired = fired + $1 WHERE id = $2", len(out.made), s.id)
             emit_backfill_event(tx, s, fire_times, len(known), out.made, overlap)

@@ -165,6 +165,12 @@ def deleted_reason(schedule_id: int) -> str:
     return f"schedule {schedule_id} was deleted: its buffered run will not start"
 
 
+def backfill_bound(fire_times: list[float], active: list[Run]) -> int:
+    """How many runs a backfill under buffer_all may hold waiting: all of its own range besides the
+    runs already waiting (an earlier backfill's still buffered), so it never skips any of its fire times."""
+    return len(fire_times) + len(active)
+
+
 @dataclass(slots=True)
 class BackfillResult:
     """What a backfill did (or, dry, would do)."""

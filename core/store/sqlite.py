@@ -77,6 +77,7 @@ from core.store.schedule_runs import (
     Firing,
     MakeJob,
     after_runs_ended,
+    backfill_bound,
     decide_firing,
     deleted_reason,
     emit_backfill_event,
@@ -1265,7 +1266,9 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             if dry_run:
                 return out
             active = [Run(*r) for r in c.execute(_ACTIVE_RUNS, (s.id,))]
-            _, out.made = jobs_to_make(s, fire_times, active, known, make_job, overlap, len(fire_times))
+            _, out.made = jobs_to_make(
+                s, fire_times, active, known, make_job, overlap, backfill_bound(fire_times, active)
+            )
             self._insert_runs(tx, s, out.made)
             c.execute("UPDATE schedules SET fired = fired + ? WHERE id = ?", (len(out.made), s.id))
             emit_backfill_event(tx, s, fire_times, len(known), out.made, overlap)
