@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -237,3 +238,31 @@ async def test_a_workflow_over_the_size_bound_is_a_422_naming_jobs_and_nothing_i
         await running.client.submit_workflow("too-big", jobs)
     assert err.value.field == "jobs" and "10000" in err.value.message.replace(",", ""), err.value.to_dict()
     assert (await running.client.workflows())["workflows"] == [] and (await running.client.list_jobs())["jobs"] == []
+
+
+async def test_buffer_one_on_a_real_node_runs_workflows_back_to_back(running: RunningNode, tmp_path: Any) -> None:
+    """Every second, runs of 1.2 s under buffer_one: the next workflow waits whole and starts as the
+    one before it ends (its first job within a second of that end), never beside it."""
+    log = tmp_path / "runs.log"
+    step = lambda ref, *deps: sh(ref, f"echo {ref} $(date +%s.%N) >> {log}; sleep 0.6", *deps)  # noqa: E731
+    body = {"name": "back-to-back", "interval": 1, "overlap": "buffer_one",
+            "workflow": {"name": "b2b", "jobs": [step("first"), step("second", "first")]}}  # fmt: skip
+    s = await running.client.create_schedule(body)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        done = [w for w in (await running.client.workflows())["workflows"] if w["state"] == "succeeded"]
+        if len(done) >= 3:
+            break
+        await asyncio.sleep(0.2)
+    await running.client._call("POST", f"/v1/schedules/{s['id']}/pause")
+    assert len(done) >= 3, f"expected 3 runs done within 40 s, got {(await running.client.workflows())['workflows']}"
+    spans = sorted((w["created_at"], w["finished_at"]) for w in done)
+    for (_, a_end), (b_start, _) in itertools.pairwise(spans):
+        assert a_end <= b_start, f"runs overlapped: {spans}"
+    starts = [float(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("first")]
+    ends = sorted(datetime.fromisoformat(e).timestamp() for _, e in spans)
+    for end in ends[:-1]:
+        nxt = min((t for t in starts if t >= end - 0.05), default=None)
+        assert nxt is not None and nxt - end < 1.0, f"the buffered run did not start as {end} ended: {starts}"
+    stored = await running.client.get_schedule(s["id"])
+    assert stored["fired"] >= 3 and stored["failures"] == 0, stored
