@@ -92,6 +92,7 @@ class Settings:
     job_retention_days: float = 30.0  # 0: keep every job
     queue_retention_days: dict[str, float] = field(default_factory=dict)  # queue -> days (0: keep its jobs)
     archive_dir: str = ""  # the cold tier: a folder of jobs-YYYY-MM-DD.jsonl.gz (default DATA_DIR/archive)
+    archive_node: str = ""  # this node's name in the store's list of archive files (default: its host name)
     retention_batch: int = 500  # jobs per archive-and-purge transaction
     retention_pause_seconds: float = 0.05  # between batches: the writer serves the others
     retention_interval_seconds: float = 60.0  # between rounds

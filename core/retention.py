@@ -4,7 +4,9 @@ The archive is the cold tier: one gzip-compressed JSON Lines file per day of fin
 (`jobs-2026-11-01.jsonl.gz` in `archive_dir`), one record per job with its attempts and output
 (core/store/archive.py). Each round takes a small batch (oldest first), appends it to the day's
 file and syncs it to disk, and only then purges the batch from the store, in a transaction of its
-own, with a pause before the next batch: the store's one writer is never held for long. A crash
+own, with a pause before the next batch: the store's one writer is never held for long. That
+transaction also records the files the batch went to (the store's archive_files: node, folder, file,
+jobs, ids), so any node lists every node's files (`listing`). A crash
 between the append and the purge archives those jobs again next round; a restore skips ids the
 store has, so the duplicate is harmless.
 
@@ -21,6 +23,7 @@ import gzip
 import logging
 import os
 import re
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +35,7 @@ from core.config import Settings
 from core.errors import InvalidInput, NotFound
 from core.model import utcnow
 from core.relay.relay import node_identity
-from core.store.archive import Cutoffs
+from core.store.archive import ArchivedFile, Cutoffs
 
 log = logging.getLogger("jobdeck.retention")
 
@@ -48,6 +51,11 @@ def archive_dir(settings: Settings) -> Path:
     return Path(settings.archive_dir).expanduser() if settings.archive_dir else settings.data_dir / "archive"
 
 
+def archive_node(settings: Settings) -> str:
+    """This node's name in the store's list of archive files: `archive_node`, else its host name."""
+    return settings.archive_node or socket.gethostname()
+
+
 def cutoffs(settings: Settings, now: float) -> Cutoffs | None:
     """The times before which finished jobs go, or None when every job is kept (retention 0)."""
     if settings.job_retention_days <= 0:
@@ -59,17 +67,22 @@ def cutoffs(settings: Settings, now: float) -> Cutoffs | None:
 class Archive:
     """The archive folder: append records by day of finish, list the files, read them back."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, node: str = "") -> None:
         self.folder = folder
+        self.node = node or socket.gethostname()
 
-    def append(self, records: list[dict[str, Any]]) -> dict[str, int]:
-        """Append the records to their days' files and sync them (blocking: run in a thread)."""
+    def append(self, records: list[dict[str, Any]], node: str = "") -> list[ArchivedFile]:
+        """Append the records to their days' files and sync them (blocking: run in a thread); what
+        was appended to each file, for the store's list of every node's files."""
         by_day: dict[str, list[bytes]] = {}
+        ids: dict[str, list[int]] = {}
         for r in records:
             finished = r["job"]["finished_at"] or r["job"]["updated_at"]
             day = time.strftime("%Y-%m-%d", time.gmtime(finished))
             by_day.setdefault(day, []).append(orjson.dumps(r) + b"\n")
+            ids.setdefault(day, []).append(int(r["job"]["id"]))
         self.folder.mkdir(parents=True, exist_ok=True)
+        appended = []
         for day, lines in by_day.items():
             path = self.folder / f"jobs-{day}.jsonl.gz"
             # each append is a gzip member of its own: a file of several members is one valid gzip stream
@@ -78,7 +91,10 @@ class Archive:
                     gz.write(b"".join(lines))
                 raw.flush()
                 os.fsync(raw.fileno())
-        return {day: len(lines) for day, lines in by_day.items()}
+                size = raw.tell()
+            appended.append(ArchivedFile(node, str(self.folder), path.name, day, len(lines), size, min(ids[day]),
+                                         max(ids[day])))  # fmt: skip
+        return appended
 
     def files(self) -> list[dict[str, Any]]:
         """The archive files, newest day first: name, day, size in bytes."""
@@ -120,6 +136,38 @@ class Archive:
         return None
 
 
+def listing(archive: Archive, recorded: list[dict[str, Any]], local: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every node's archive files (`recorded`: the store's archive_files rows) with this node's own
+    (`local`: `archive.files()`, which also has files written before the store recorded them), newest
+    day first; `here` says whether this node can read the file (show, restore)."""
+    mine = str(archive.folder)
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in recorded:
+        here = r["node"] == archive.node and r["folder"] == mine
+        out[(r["node"], r["folder"], r["file"])] = {"file": r["file"], "day": r["day"], "bytes": r["bytes"],
+                                                   "jobs": r["jobs"], "node": r["node"], "folder": r["folder"],
+                                                   "here": here}  # fmt: skip
+    for f in local:
+        seen = out.get((archive.node, mine, f["file"]))
+        if seen is not None:
+            seen["bytes"] = f["bytes"]  # the file itself is the fresher figure
+            continue
+        out[(archive.node, mine, f["file"])] = {**f, "jobs": None, "node": archive.node, "folder": mine, "here": True}
+    return sorted(out.values(), key=lambda f: (f["day"], f["node"]), reverse=True)
+
+
+def elsewhere(archive: Archive, recorded: list[dict[str, Any]], *, file: str | None = None,
+              job_id: int | None = None) -> str:  # fmt: skip
+    """Which other nodes' files may hold this file name or job id, said for an answer that this node
+    has none ("" when no other node has one)."""
+    hits = [r for r in recorded if not (r["node"] == archive.node and r["folder"] == str(archive.folder))
+            and (file is None or r["file"] == file) and (job_id is None or r["first_job"] <= job_id <= r["last_job"])]  # fmt: skip
+    if not hits:
+        return ""
+    where = ", ".join(sorted({f"{r['file']} on node {r['node']} ({r['folder']})" for r in hits}))
+    return f"; another node has {where}: ask that node (JOBDECK_SERVER)"
+
+
 class Retention:
     """The loop that archives and purges; one per node, and one node at a time holds the lease that
     lets it (the store's `retention` lease row, as the outbox relays hold theirs)."""
@@ -129,7 +177,8 @@ class Retention:
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
-        self.archive = Archive(archive_dir(settings))
+        self.archive = Archive(archive_dir(settings), archive_node(settings))
+        self.node = self.archive.node
         self.holder = node_identity()
         self._task: asyncio.Task[None] | None = None
 
@@ -182,8 +231,8 @@ class Retention:
             records = await self.store.archivable_jobs(cut, self.settings.retention_batch)
             if not records:
                 break
-            await asyncio.to_thread(self.archive.append, records)
-            gone = await self.store.purge_jobs([r["job"]["id"] for r in records], cut)
+            files = await asyncio.to_thread(self.archive.append, records, self.node)
+            gone = await self.store.purge_jobs([r["job"]["id"] for r in records], cut, files)
             archived += len(records)
             purged += gone
             batches += 1

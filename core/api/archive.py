@@ -4,7 +4,7 @@ of a file's jobs into the store. Admins only: the archive holds every queue's jo
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import Field
@@ -18,7 +18,7 @@ from core.api.schemas import _Strict
 from core.engine import Engine
 from core.errors import InvalidInput, NotFound
 from core.model import Job, job_to_dict
-from core.retention import FILE_PATTERN, Archive
+from core.retention import FILE_PATTERN, Archive, elsewhere, listing
 from core.store.archive import from_record
 
 router = APIRouter(tags=["archive"], route_class=Route)
@@ -38,19 +38,29 @@ def _archive(request: Request) -> Archive:
     return archive
 
 
-@router.get("/v1/archive", summary="The archive's files of finished jobs, newest day first", response_model=ArchiveList)
-async def list_archive(request: Request) -> JSON:
+async def _recorded(engine: Engine) -> list[dict[str, Any]]:
+    files = getattr(engine.store, "archive_files", None)
+    return await files() if files is not None else []
+
+
+@router.get("/v1/archive", summary="Every node's archive files of finished jobs, newest day first",
+            response_model=ArchiveList)  # fmt: skip
+async def list_archive(request: Request, engine: EngineDep) -> JSON:
     archive = _archive(request)
-    files = await asyncio.to_thread(archive.files)
-    return JSON({"folder": str(archive.folder), "files": files})
+    local = await asyncio.to_thread(archive.files)
+    files = listing(archive, await _recorded(engine), local)
+    return JSON({"folder": str(archive.folder), "node": archive.node, "files": files})
 
 
 @router.get("/v1/archive/jobs/{job_id:id}", summary="One archived job with its attempts (searches the newest files first)",
             response_model=ArchivedJob)  # fmt: skip
-async def show_archived(job_id: JobIdPath, request: Request) -> JSON:
-    hit = await asyncio.to_thread(_archive(request).find, job_id)
+async def show_archived(job_id: JobIdPath, request: Request, engine: EngineDep) -> JSON:
+    archive = _archive(request)
+    hit = await asyncio.to_thread(archive.find, job_id)
     if hit is None:
-        raise NotFound(f"job {job_id} is in no archive file (jobdeck archive ls)", field="job_id")
+        other = elsewhere(archive, await _recorded(engine), job_id=job_id)
+        raise NotFound(f"job {job_id} is in no archive file of this node (node {archive.node}, {archive.folder})"
+                       f"{other or ' (jobdeck archive ls)'}", field="job_id")  # fmt: skip
     name, rec = hit
     job, attempts = from_record(rec)
     return JSON({"file": name, "job": job_to_dict(job), "attempts": attempts})
@@ -60,7 +70,11 @@ async def show_archived(job_id: JobIdPath, request: Request) -> JSON:
              response_model=ArchiveRestored, responses=errors(404))  # fmt: skip
 async def restore_archive(body: RestoreBody, request: Request, engine: EngineDep) -> JSON:
     archive = _archive(request)
-    records = await asyncio.to_thread(lambda: list(archive.records(body.file)))
+    try:
+        records = await asyncio.to_thread(lambda: list(archive.records(body.file)))
+    except NotFound as e:
+        other = elsewhere(archive, await _recorded(engine), file=body.file)
+        raise NotFound(e.message + other, field="file") from None
     for i, r in enumerate(records):
         try:
             job = from_record(r)[0]

@@ -563,17 +563,22 @@ __all__ = ["ErrorBody"]
 
 
 class ArchiveFile(_Out):
-    """One archive file: the finished jobs of one day (by finish time, UTC)."""
+    """One archive file: the finished jobs of one day (by finish time, UTC), on the node that wrote it."""
 
     file: str
     day: str
     bytes: int
+    jobs: int | None = Field(description="records appended to it (null: written before the store kept count)")
+    node: str = Field(description="archive_node of the node that wrote it (default: its host name)")
+    folder: str = Field(description="its archive_dir on that node")
+    here: bool = Field(description="this node reads it: archive show and restore through this node see it")
 
 
 class ArchiveList(_Out):
-    """The archive's files, newest day first (core/retention.py)."""
+    """Every node's archive files, newest day first (core/retention.py), and this node's own folder."""
 
     folder: str
+    node: str
     files: list[ArchiveFile]
 
 

@@ -13,7 +13,7 @@ from core.client import JobDeckClient
 from core.config import load_settings
 from core.errors import InvalidInput
 
-ARCHIVE_COLUMNS = (("file", 28), ("day", 10), ("bytes", 12))
+ARCHIVE_COLUMNS = (("file", 28), ("day", 10), ("jobs", 8), ("bytes", 12), ("node", 24), ("here", 5))
 
 
 async def cmd_archive(c: JobDeckClient, args: argparse.Namespace) -> int:
@@ -39,7 +39,8 @@ async def cmd_archive(c: JobDeckClient, args: argparse.Namespace) -> int:
         show(args, done, lambda d: f"{d['file']}: {d['restored']} jobs restored, {d['skipped']} already in the store")
         return 0
     listing = await c.archive_files()
-    show(args, listing, lambda d: f"archive: {d['folder']}\n" + table(d["files"], ARCHIVE_COLUMNS))
+    show(args, listing, lambda d: f"archive: {d['folder']} (this node: {d['node']}); every node's files "
+                                  "(here: this node reads it):\n" + table(d["files"], ARCHIVE_COLUMNS))  # fmt: skip
     return 0
 
 

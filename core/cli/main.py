@@ -356,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     archive = sub.add_parser("archive", help="finished jobs the retention archived (admins): list, show, restore")
     archive.set_defaults(run=cmd_archive)
     arch = archive.add_subparsers(dest="archive_action", metavar="ACTION")
-    arch.add_parser("ls", help="the archive's files, newest day first")
+    arch.add_parser("ls", help="every node's archive files, newest day first")
     arch.add_parser("show", help="one archived job with its attempts and output").add_argument("id", type=int)
     arch.add_parser("restore", help="put a file's jobs back into the store (ids kept)").add_argument(
         "file", help="an archive file's name, e.g. jobs-2026-11-01.jsonl.gz"

@@ -32,6 +32,30 @@ ATTEMPT_COLUMNS = ("attempt", "agent", "claimed_at", "started_at", "finished_at"
 
 
 @dataclass(frozen=True)
+class ArchivedFile:
+    """An archive file a batch was appended to, as the store records it (table archive_files)."""
+
+    node: str
+    folder: str
+    file: str
+    day: str
+    jobs: int  # records appended by this batch
+    bytes: int  # the file's size after it
+    first_job: int
+    last_job: int
+
+    def row(self, now: float) -> tuple[Any, ...]:
+        return (self.node, self.folder, self.file, self.day, self.jobs, self.bytes, self.first_job, self.last_job, now)
+
+
+FILE_COLUMNS = ("node", "folder", "file", "day", "jobs", "bytes", "first_job", "last_job", "updated_at")
+
+
+def _file_view(row: Sequence[Any]) -> dict[str, Any]:
+    return dict(zip(FILE_COLUMNS, row, strict=True))
+
+
+@dataclass(frozen=True)
 class Cutoffs:
     """Finished jobs older than these times may go: one for every queue, and per-queue exceptions."""
 
@@ -112,13 +136,23 @@ class SQLiteArchive:
 
         return await self._read(q)  # type: ignore[no-any-return]
 
-    async def purge_jobs(self, ids: Sequence[int], cutoffs: Cutoffs) -> int:
-        """Delete these jobs with their attempts and tags, if still finished and past their cutoff."""
-        if not ids:
+    async def purge_jobs(self, ids: Sequence[int], cutoffs: Cutoffs, files: Sequence[ArchivedFile] = ()) -> int:
+        """Delete these jobs with their attempts and tags, if still finished and past their cutoff; and
+        record the archive files they were appended to (in the same transaction)."""
+        if not ids and not files:
             return 0
 
         def op(tx: Tx) -> int:
             c = tx.conn
+            c.executemany(
+                f"INSERT INTO archive_files ({', '.join(FILE_COLUMNS)}) VALUES ({', '.join('?' * len(FILE_COLUMNS))}) "
+                "ON CONFLICT (node, folder, file) DO UPDATE SET jobs = jobs + excluded.jobs, bytes = excluded.bytes, "
+                "first_job = min(first_job, excluded.first_job), last_job = max(last_job, excluded.last_job), "
+                "updated_at = excluded.updated_at",
+                [f.row(tx.now) for f in files],
+            )
+            if not ids:
+                return 0
             marks = _Marks(False)
             cond = cutoffs.sql(marks)
             id_list = ", ".join(str(int(i)) for i in ids)
@@ -134,6 +168,11 @@ class SQLiteArchive:
             return len(rows)
 
         return await self._write(op)  # type: ignore[no-any-return]
+
+    async def archive_files(self) -> list[dict[str, Any]]:
+        """Every node's archive files as recorded, newest day first."""
+        sql = f"SELECT {', '.join(FILE_COLUMNS)} FROM archive_files ORDER BY day DESC, node, folder"
+        return await self._read(lambda c: [_file_view(r) for r in c.execute(sql)])  # type: ignore[no-any-return]
 
     async def restore_jobs(self, records: Sequence[dict[str, Any]]) -> int:
         """Put archived jobs back with their ids; a job whose id is in the store is skipped."""
@@ -192,13 +231,25 @@ class PostgresArchive:
 
         return await self._read(q)  # type: ignore[no-any-return]
 
-    async def purge_jobs(self, ids: Sequence[int], cutoffs: Cutoffs) -> int:
-        """Delete these jobs with their attempts and tags, if still finished and past their cutoff."""
-        if not ids:
+    async def purge_jobs(self, ids: Sequence[int], cutoffs: Cutoffs, files: Sequence[ArchivedFile] = ()) -> int:
+        """Delete these jobs with their attempts and tags, if still finished and past their cutoff; and
+        record the archive files they were appended to (in the same transaction)."""
+        if not ids and not files:
             return 0
 
         async def op(tx: PgTx) -> int:
             c = tx.conn
+            if files:
+                marks_ = ", ".join(f"${i}" for i in range(1, len(FILE_COLUMNS) + 1))
+                await c.executemany(
+                    f"INSERT INTO archive_files ({', '.join(FILE_COLUMNS)}) VALUES ({marks_}) ON CONFLICT "
+                    "(node, folder, file) DO UPDATE SET jobs = archive_files.jobs + excluded.jobs, "
+                    "bytes = excluded.bytes, first_job = LEAST(archive_files.first_job, excluded.first_job), "
+                    "last_job = GREATEST(archive_files.last_job, excluded.last_job), updated_at = excluded.updated_at",
+                    [f.row(tx.now) for f in files],
+                )
+            if not ids:
+                return 0
             marks = _Marks(True)
             id_mark = marks(list(ids))
             cond = cutoffs.sql(marks)
@@ -215,6 +266,15 @@ class PostgresArchive:
             return len(gone)
 
         return await self._write(op)  # type: ignore[no-any-return]
+
+    async def archive_files(self) -> list[dict[str, Any]]:
+        """Every node's archive files as recorded, newest day first."""
+        sql = f"SELECT {', '.join(FILE_COLUMNS)} FROM archive_files ORDER BY day DESC, node, folder"
+
+        async def q(c: Conn) -> list[dict[str, Any]]:
+            return [_file_view(tuple(r)) for r in await c.fetch(sql)]
+
+        return await self._read(q)  # type: ignore[no-any-return]
 
     async def restore_jobs(self, records: Sequence[dict[str, Any]]) -> int:
         """Put archived jobs back with their ids; a job whose id is in the store is skipped."""

@@ -176,3 +176,46 @@ async def test_a_postgres_dump_restores_into_a_working_node(tmp_path: Path, pg_u
             await stop_node(node, task)
     finally:
         await drop()
+
+
+async def test_two_postgres_nodes_list_each_other_s_archive_files(tmp_path: Path, pg_url: str) -> None:
+    """Each node archives into its own folder; `archive ls` on either lists both nodes' files (the
+    store records each file with its node and folder), and show / restore through the node that
+    lacks a file say which node has it."""
+    nodes = []
+    for name in ("node-a", "node-b"):
+        settings = node_settings(tmp_path / name, database_url=pg_url, archive_node=name, job_retention_days=30,
+                                 retention_batch=7, retention_pause_seconds=0, retention_interval_seconds=3600)  # fmt: skip
+        nodes.append(await start_node(settings, local_agent=False))
+    (a, a_url, _), (b, b_url, _) = nodes
+    try:
+        now = time.time()
+        by_a = await finished_jobs(a.store, 30, "q", now - 45 * DAY)
+        assert await a.retention.run_once() == (30, 30)
+        by_b = await finished_jobs(b.store, 20, "q", now - 40 * DAY)
+        assert await b.retention.run_once() == (20, 20)
+        file_a, file_b = f"jobs-{_day(now - 45 * DAY)}.jsonl.gz", f"jobs-{_day(now - 40 * DAY)}.jsonl.gz"
+        for url, mine in ((a_url, "node-a"), (b_url, "node-b")):
+            async with JobDeckClient(url) as c:
+                listing = await c.archive_files()
+            got = [(f["file"], f["node"], f["jobs"], f["here"]) for f in listing["files"]]
+            assert got == [(file_b, "node-b", 20, mine == "node-b"), (file_a, "node-a", 30, mine == "node-a")], got
+            assert listing["node"] == mine and {f["folder"] for f in listing["files"]} == {
+                str(tmp_path / n / "archive") for n in ("node-a", "node-b")}  # fmt: skip
+            assert all(f["bytes"] > 0 for f in listing["files"]), listing
+        out = await asyncio.to_thread(jobdeck, "archive", "ls", env={**os.environ, "JOBDECK_SERVER": a_url})
+        assert out.returncode == 0 and "node-b" in out.stdout and file_b in out.stdout, out
+        async with httpx.AsyncClient(base_url=a_url) as http:
+            there = await http.get(f"/v1/archive/jobs/{by_b[3]}")
+            assert there.status_code == 404 and f"{file_b} on node node-b" in there.json()["message"], there.text
+            put = await http.post("/v1/archive/restore", json={"file": file_b})
+            assert put.status_code == 404 and "node node-b" in put.json()["message"], put.text
+        async with JobDeckClient(b_url) as c:
+            assert (await c.archived_job(by_b[3]))["file"] == file_b
+            assert (await c.restore_archive(file_b))["restored"] == 20
+        async with JobDeckClient(a_url) as c:
+            assert (await c.get_job(by_b[3]))["state"] == "succeeded", "restored through B, seen through A"
+            assert (await c.archived_job(by_a[0]))["file"] == file_a
+    finally:
+        for node, _, task in nodes:
+            await stop_node(node, task)

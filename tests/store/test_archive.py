@@ -105,6 +105,14 @@ async def test_the_retention_loop_archives_by_day_and_purges(kit: StoreKit, tmp_
     assert archive.find(day_b[2]) == ("jobs-2026-08-13.jsonl.gz", next(
         r for r in archive.records("jobs-2026-08-13.jsonl.gz") if r["job"]["id"] == day_b[2]))  # fmt: skip
     assert await retention.run_once() == (0, 0), "nothing left to do"
+    recorded = [(f["file"], f["day"], f["jobs"], f["first_job"], f["last_job"], f["node"], f["folder"])
+                for f in await store.archive_files()]  # fmt: skip
+    folder = str(tmp_path / "archive")
+    assert recorded == [
+        ("jobs-2026-08-13.jsonl.gz", "2026-08-13", 5, day_b[0], day_b[-1], retention.node, folder),
+        ("jobs-2026-08-12.jsonl.gz", "2026-08-12", 7, day_a[0], day_a[-1], retention.node, folder),
+    ], "the store knows each file, its node and folder, how many jobs went in (over 3 batches of 4) and their ids"
+    assert {f["bytes"] for f in await store.archive_files()} == {f["bytes"] for f in files}
 
 
 @two_nodes
