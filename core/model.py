@@ -39,7 +39,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # outcome once every job of it ended (core/workflow.py, decide_run_end); it never runs on an agent
     S.BLOCKED: frozenset({S.QUEUED, S.SCHEDULED, S.CANCELLED, S.PAUSED, S.SKIPPED, S.SUCCEEDED, S.DEAD}),
     S.SCHEDULED: frozenset({S.QUEUED, S.CANCELLED, S.PAUSED}),
-    S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.PAUSED}),
+    # queued -> succeeded: a late result of the lost attempt before the retry was claimed (see decide_finish)
+    S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.PAUSED, S.SUCCEEDED}),
     # running -> queued: an agent handed the job back unstarted (drain); -> scheduled: claimed while the
     # circuit breaker of its host was open, held back unsent (core/breaker.py)
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.DEAD, S.CANCELLED, S.QUEUED, S.SCHEDULED}),
@@ -404,12 +405,12 @@ class RunResult:
 
 def late_result(job: Job, res: RunResult) -> bool:
     """A success reported for an attempt the core already recorded lost, when no newer attempt has
-    started: the run finished, its result was only late (its node died, its agent was cut off). A
-    lost attempt is one the core closed without any report of the agent: started_at, which only
-    an agent's report sets, is empty."""
+    started (the job waits for its retry, failed or queued, or is dead): the run finished, its
+    result was only late (its node died, its agent was cut off). A lost attempt is one the core
+    closed without any report of the agent: started_at, which only an agent's report sets, is empty."""
     return (
         res.outcome == "succeeded"
-        and job.state in (S.FAILED, S.DEAD)
+        and job.state in (S.FAILED, S.QUEUED, S.DEAD)
         and job.attempt == res.attempt
         and job.started_at is None
     )

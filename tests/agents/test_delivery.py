@@ -307,3 +307,37 @@ async def test_a_run_reported_after_a_newer_attempt_started_is_stopped_and_the_a
         if other is not None:
             _stop(other)
         server.kill()
+
+
+async def test_a_finished_run_whose_attempt_was_recorded_lost_is_recorded_late_not_rerun(tmp_path: Path) -> None:
+    """The agent is frozen (SIGSTOP) while its command ends, past its lease: the attempt is recorded
+    lost and its retry waits queued (no other agent). Thawed, the agent sends the held result: no
+    newer attempt started, so the success is recorded late and the job does not run again."""
+    server = spawn_jobdeck(tmp_path / "data", "server", env={**LEASES, "JOBDECK_LEASE_SECONDS": "3"})
+    agent = spawn_agent(server.url, "sleepy", tmp_path, "--heartbeat", "1", "--slots", "1")
+    try:
+        async with JobDeckClient(server.url) as c:
+            await until(lambda: _registered(c, "sleepy"), 30, "the agent to register")
+            job = await c.submit({"task": recorder_task(tmp_path, 1), "backoff": {"base": 0.1, "cap": 0.1}})
+            await until(lambda: len(recorded_runs(tmp_path)) == 1, 30, "the run to start")
+            agent.send_signal(signal.SIGSTOP)
+
+            async def retry_waits() -> dict[str, object] | None:
+                j = await c.get_job(job["id"])
+                return j if j["state"] == "queued" and j["attempt"] == 1 else None
+
+            await until(retry_waits, 30, "the attempt to be recorded lost and its retry to wait (a lease is 3 s)")
+            assert [w for w, *_ in recorded_runs(tmp_path)] == ["start", "end"], "the command ended meanwhile"
+            agent.send_signal(signal.SIGCONT)
+            done = await until(lambda: _finished(c, job["id"]), 30, "the late result to be recorded")
+            attempts = await c.attempts(job["id"])
+            events = [e for e in await c.job_events(job["id"]) if e["type"] == "job.succeeded"]
+        assert done["state"] == "succeeded", done
+        assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "succeeded")], attempts
+        assert len(recorded_runs(tmp_path)) == 2, f"the job ran once: {recorded_runs(tmp_path)}"
+        assert events and events[-1]["data"].get("late") is True, events
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            agent.send_signal(signal.SIGCONT)
+        _stop(agent)
+        server.kill()

@@ -95,7 +95,7 @@ EXPECTED_TRANSITIONS: dict[str, set[str]] = {
     # succeeded / dead: a scheduled workflow run's end job ends in place with its workflow's outcome
     "blocked": {"queued", "scheduled", "cancelled", "paused", "skipped", "succeeded", "dead"},
     "scheduled": {"queued", "cancelled", "paused"},
-    "queued": {"running", "cancelled", "paused"},
+    "queued": {"running", "cancelled", "paused", "succeeded"},  # succeeded: a late result before the retry ran
     "running": {"succeeded", "failed", "dead", "cancelled", "queued", "scheduled"},  # scheduled: held by a breaker
     "failed": {"queued", "cancelled", "paused", "succeeded"},  # succeeded: a late result of a lost attempt
     "paused": {"queued", "scheduled", "failed", "blocked", "cancelled"},
@@ -139,7 +139,7 @@ def test_no_state_moves_to_itself_and_only_a_claim_or_a_result_touches_running()
     into_dead = {s for s, targets in TRANSITIONS.items() if JobState.DEAD in targets}
     assert into_dead == {JobState.RUNNING, JobState.BLOCKED}
     into_succeeded = {s for s, targets in TRANSITIONS.items() if JobState.SUCCEEDED in targets}
-    assert into_succeeded == {JobState.RUNNING, JobState.FAILED, JobState.DEAD, JobState.BLOCKED}, (
+    assert into_succeeded == {JobState.RUNNING, JobState.FAILED, JobState.QUEUED, JobState.DEAD, JobState.BLOCKED}, (
         "a run, a late result of one, or a workflow run's end"
     )
     rearmed = (JobState.CANCELLED, JobState.SKIPPED)  # may wait again when the failed parent is retried
@@ -441,6 +441,19 @@ def test_a_late_success_of_an_attempt_recorded_lost_is_recorded(attempts_left: b
     after = apply(lost, change)
     assert (after.state, after.result, after.attempt, after.last_error) == ("succeeded", 7, 2, None)
     assert change.data["late"] is True and change.attempt is not None and change.attempt["outcome"] == "succeeded"
+
+
+def test_a_late_success_once_the_retry_is_queued_but_not_claimed_is_recorded() -> None:
+    """The retry of the lost attempt came due (queued) but no agent took it yet: no newer attempt
+    has started, so the late success stands and the job does not run again."""
+    job = running_job(attempt=1, max_attempts=3, lease_expires_at=NOW - 1)
+    lost = apply(job, decide_lease_expired(job, NOW, POLICY))
+    queued = apply(lost, decide_promote(lost, lost.run_at, POLICY))
+    assert (queued.state, queued.attempt) == ("queued", 1)
+    change = decide_finish(queued, RunResult(job.id, 1, "succeeded", started_at=NOW - 9, finished_at=NOW - 2), NOW + 1,
+                           POLICY)  # fmt: skip
+    after = apply(queued, change)
+    assert (after.state, after.attempt, change.data["late"]) == ("succeeded", 1, True)
 
 
 def test_a_late_failure_and_a_result_after_a_newer_attempt_are_refused() -> None:
