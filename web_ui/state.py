@@ -197,8 +197,9 @@ class AppState(rx.State):
 
     async def refresh_page(self, changes: list[Change] | None) -> None:
         """Let the state of the page shown refresh what `changes` touched (None: everything)."""
-        route = self.router.route_id or self.router.url.path
-        state_cls = _PAGE_STATES.get(route)
+        state_cls = _PAGE_STATES.get(_route_key(self.router.route_id)) or _PAGE_STATES.get(
+            _route_key(self.router.url.path)
+        )
         if state_cls is not None:
             page = await self.get_state(state_cls)
             await page.live_refresh(changes)
@@ -253,7 +254,15 @@ BROWSER_ZONE = "Intl.DateTimeFormat().resolvedOptions().timeZone"
 
 # Page states register here so the live loop can refresh the page shown (a plain class attribute
 # would become a state var).
-_PAGE_STATES: dict[str, Any] = {}
+_PAGE_STATES: dict[str, Any] = {}  # by _route_key
+
+
+def _route_key(route: str) -> str:
+    """A route as both sides spell it: Reflex names the index route "index" (route_id), pages say
+    "/"; without this the Overview never refreshed live (its counters and relay lag froze at load)."""
+    return route.strip("/") or "index"
+
+
 _EDITABLE: dict[Any, tuple[str, ...]] = {}
 
 
@@ -273,7 +282,7 @@ def page_state(route: str | None, editable: tuple[str, ...] = ()) -> Any:
 
     def register(cls: Any) -> Any:
         if route is not None:
-            _PAGE_STATES[route] = cls
+            _PAGE_STATES[_route_key(route)] = cls
         _EDITABLE[cls] = editable
         return cls
 
