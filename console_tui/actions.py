@@ -92,9 +92,10 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "run_now",
         "x",
         "Run now",
-        ("schedules",),
-        "schedules.write",
-        help="one job from the schedule now, outside its timetable and policies",
+        (*NODE_VIEWS, "schedules"),
+        "jobs.write",
+        help="a waiting job (delayed, a fire time's jitter, a retry's backoff) queued now, its priority kept; "
+        "a schedule: one job from it now, outside its timetable and policies",
     ),
     ActionSpec(
         "backfill",

@@ -1,5 +1,5 @@
 """The job actions every screen that points at a job shares (the Jobs and Dead lists, a job's
-detail, a workflow's node): pause, resume, retry, cancel after a question, and priority +1 / -1.
+detail, a workflow's node): pause, resume, retry, run now, cancel after a question, and priority +1 / -1.
 A screen says what they act on (`_act`, `_nudge`) and what to ask before a cancel."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ class JobActions(ConsoleMixin):
     """Mixed into a screen or view before its Textual base class."""
 
     async def _act(self, action: str, verb: str) -> None:
-        """Run `action` (pause, resume, retry, cancel) on what the screen points at; `verb` for the notice."""
+        """Run `action` (pause, resume, retry, run-now, cancel) on what the screen points at; `verb` for the notice."""
         raise NotImplementedError
 
     def cancel_question(self) -> tuple[str, str] | None:
@@ -31,6 +31,10 @@ class JobActions(ConsoleMixin):
 
     async def action_retry(self) -> None:
         await self._act("retry", "retried")
+
+    async def action_run_now(self) -> None:
+        """A scheduled job (or a failed one waiting for its retry) is queued now (POST /v1/jobs/{id}/run-now)."""
+        await self._act("run-now", "queued now")
 
     async def action_cancel(self) -> None:
         question = self.cancel_question()

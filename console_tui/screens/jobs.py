@@ -389,9 +389,9 @@ class JobsView(JobActions, View):
         if not jobs:
             return
         client = self.console.client
-        if len(jobs) == 1:
-            job = jobs[0]
-            await self.call(job_action(client, job["id"], action, priority), f"{verb}: job {job['id']}")
+        if len(jobs) == 1 or action == "run-now":  # run-now is no bulk action: one call per selected job
+            for job in jobs:
+                await self.call(job_action(client, job["id"], action, priority), f"{verb}: job {job['id']}")
             return
         result = await self.call(client.bulk(action, ids=[j["id"] for j in jobs], priority=priority))
         if result is not None:

@@ -267,3 +267,22 @@ async def test_z_shows_times_in_utc_or_the_local_zone(node: ServerProcess) -> No
         assert app.fmt.date_time(when, "Europe/Paris") == "2026-05-28 22:26:40 CEST", "a schedule keeps its zone"
         await pilot.press("z")
         assert not app.fmt.utc
+
+
+async def test_run_now_queues_a_waiting_job_at_once_keeping_its_priority(
+    node: ServerProcess, api: JobDeckClient
+) -> None:
+    job = await api.submit(later("waits-an-hour", "run-now-q", priority=7))
+    await api.queue_action("run-now-q", "pause")  # once queued it stays queued: what run now did is what we see
+    async with console(node.url) as (app, pilot):
+        view = jobs_view(app)
+        await focus_job(view, job["id"])
+        assert cell(view, job["id"], "state") == "scheduled"
+        await pilot.press("x")
+        await until(lambda: cell(view, job["id"], "state") == "queued", 3, "queued in the table")
+        got = await api.get_job(job["id"])
+        assert (got["state"], got["priority"]) == ("queued", 7), got
+        assert got["run_at"] < job["run_at"], "it runs now, not in an hour"
+        await pilot.press("x")  # queued already: the server's 409 says so and nothing changes
+        await until(lambda: any("queued already" in str(n.message) for n in app._notifications), 3, "the refusal")
+    await api.queue_action("run-now-q", "resume")
