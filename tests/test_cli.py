@@ -7,11 +7,27 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, ServerProcess
+from tests.conftest import ROOT, ServerProcess, spawn_jobdeck
+
+
+@pytest.fixture(scope="module")
+def jobdeck_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One `jobdeck up` for the whole module (a start per test was most of its time): each test
+    works in a queue, key or object of its own, so none sees another's."""
+    sp = spawn_jobdeck(tmp_path_factory.mktemp("cli") / "data")
+    try:
+        yield sp
+    finally:
+        sp.proc.terminate()
+        try:
+            sp.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            sp.kill()
 
 
 def jobdeck(server: ServerProcess | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
