@@ -109,5 +109,6 @@ def job_row(job: dict[str, Any], refuse: str, zone: str = "UTC") -> dict[str, st
         "resumable": "1" if state == "paused" and not refuse else "",
         "cancellable": "1" if state not in FINISHED and not refuse else "",
         "retryable": "1" if state in FINISHED and not refuse else "",
+        "runnable": "1" if state in ("scheduled", "failed") and not refuse else "",  # POST /v1/jobs/{id}/run-now
         "prioritisable": "1" if state in (*WAITING, "paused") and not refuse else "",
     }

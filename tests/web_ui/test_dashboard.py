@@ -282,3 +282,25 @@ def test_the_queues_page_shows_per_key_usage_and_circuit_breakers(open_page: Ope
     finally:
         host.server.shutdown()
         api(web, "bulk", "cancel", ids=[j["id"] for j in jobs])
+
+
+def test_run_now_queues_a_waiting_job_from_its_row_and_its_detail(open_page: OpenPage, web: Dashboard) -> None:
+    api(
+        web,
+        "submit",
+        {"name": "hold-run-now", "queue": "web-run-now", "delay": 600, "task": {"kind": "shell", "argv": ["true"]}},
+    )
+    api(web, "queue_action", "web-run-now", "pause")  # once queued they stay queued: what run now did is what we see
+    from_row = waiting_job(web, "run-now-row", queue="web-run-now", priority=4)
+    from_detail = waiting_job(web, "run-now-detail", queue="web-run-now")
+    page = open_page("/jobs")
+    row(page, from_row).locator(".act-run-now").click()
+    expect(row(page, from_row).locator(".job-state")).to_have_text("queued")
+    job = api(web, "get_job", from_row)
+    assert (job["state"], job["priority"]) == ("queued", 4), job
+    expect(row(page, from_row).locator(".act-run-now")).to_be_disabled()  # queued already: nothing to run now
+    detail = open_page(f"/jobs/{from_detail}")
+    expect(detail.locator("#detail-state")).to_have_text("scheduled")
+    detail.locator("#detail-run-now").click()
+    expect(detail.locator("#detail-state")).to_have_text("queued")
+    assert api(web, "get_job", from_detail)["state"] == "queued"

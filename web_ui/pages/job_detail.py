@@ -215,6 +215,7 @@ def _details() -> rx.Component:
             ),
             _button("Cancel", "cancel", "cancellable", "x"),
             _button(rx.cond(j["state"] == "dead", "Replay", "Retry"), "retry", "retryable", "rotate-ccw"),
+            _button("Run now", "run-now", "runnable", "fast-forward"),
             rx.form(
                 rx.hstack(
                     rx.el.label("Priority", html_for="detail-priority", style={"font_size": "0.85rem"}),

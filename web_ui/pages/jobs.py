@@ -348,6 +348,7 @@ def _row(row: Any) -> rx.Component:
                 ),
                 _action("Cancel", "x", row, "cancellable", "cancel"),
                 _action("Retry", "rotate-ccw", row, "retryable", "retry"),
+                _action("Run now", "fast-forward", row, "runnable", "run-now"),
                 spacing="1",
             )
         ),
