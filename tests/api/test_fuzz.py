@@ -84,12 +84,18 @@ def cases_generated(output: str) -> int:
 
 def check(rc: int, output: str, node: ServerProcess, at_least: int = 1000) -> None:
     summary = output[output.find("=== FAILURES") :] if "=== FAILURES" in output else output[-6000:]
-    server_errors = [line for line in node.output().splitlines() if "Traceback" in line or "ERROR" in line]
+    log = node.output().splitlines()
+    server_errors = [line for line in log if "Traceback" in line or "ERROR" in line]
     assert rc == 0, (
         f"schemathesis found problems (expected none; {cases_generated(output)} cases):\n{summary[:20000]}\n"
         f"server log errors: {server_errors[:20]}"
     )
     assert cases_generated(output) >= at_least, f"the fuzz ran too few cases to mean anything:\n{output[-3000:]}"
+    # a 4xx that logged a traceback on the way is a crash the client did not see
+    tracebacks = [i for i, line in enumerate(log) if "Traceback (most recent call last)" in line]
+    assert not tracebacks, "expected no traceback in the node's log, got:\n" + "\n".join(
+        "\n".join(log[i : i + 12]) for i in tracebacks[:3]
+    )
     print(f"schemathesis: {cases_generated(output)} cases, no failure")
 
 
