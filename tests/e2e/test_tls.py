@@ -218,3 +218,30 @@ async def test_the_web_dashboards_client_trusts_jobdeck_ca_file(
         assert "job.created" in history, history
     finally:
         await client.close()
+
+
+async def test_jobdeck_up_serves_https_and_its_local_agent_runs_a_job(tls_node: TlsNode, tmp_path: Path) -> None:
+    """`jobdeck up` takes the same --tls-cert / --tls-key: its API is https:// and its jobs run."""
+    port, log = free_port(), tmp_path / "up.log"
+    cmd = [sys.executable, "-m", "core.cli", "up", "--no-web", "--slots", "2", "--data-dir", str(tmp_path / "data"),
+           "--port", str(port), "--tls-cert", str(tls_node.cert), "--tls-key", str(tls_node.key)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "JOBDECK_CA_FILE"} | {"PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, text=True)
+    try:
+        await until(lambda: re.search(r"JobDeck is up: API (\S+)", log.read_text()) or proc.poll() is not None, 30,
+                    "jobdeck up to start")  # fmt: skip
+        m = re.search(r"JobDeck is up: API (\S+)", log.read_text())
+        assert m and m.group(1) == f"https://127.0.0.1:{port}", log.read_text()
+        async with JobDeckClient(m.group(1), ca_file=str(tls_node.ca)) as client:
+            job = await client.submit(NOOP)
+            done = await client.wait_for(job["id"], timeout=30)
+            assert done["state"] == "succeeded", done
+        plain = jobdeck("--server", m.group(1), "stats")
+        assert plain.returncode == 1 and "cannot verify the TLS certificate" in plain.stderr, plain.stderr
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
