@@ -240,6 +240,33 @@ async def test_a_round_repeated_after_a_crash_does_not_count_the_suppressed_aler
     assert len(alerts) == 1, [r.payload for r in alerts]
 
 
+async def test_an_alert_with_no_enabled_channel_is_not_raised_again_by_a_repeated_round(
+    deck: Deck, receiver: Receiver
+) -> None:
+    """With its only channel turned off, an alert has no deliveries, so the store cannot tell a
+    repeated one by them; the rule's applied seq does: the feed gets the alert event once."""
+    ch = await make_webhook(deck, receiver)
+    await deck.call("POST", "/v1/notifications/rules", {"name": "dead-quiet", "events": ["job.dead"],
+                                                        "channels": [ch["id"]], "window_seconds": 0}, 201)  # fmt: skip
+    await deck.call("PATCH", f"/v1/notifications/channels/{ch['id']}", {"enabled": False}, 200)
+    await deck.call("POST", "/v1/jobs", {"max_attempts": 1, "task": {"kind": "shell", "command": "exit 1"}}, 201)
+    store = deck.node.store
+
+    async def alert_events() -> list[object] | None:
+        found = [e for e in await store.events_since(0, 10_000) if e.type == "notify.alert"]
+        return found or None
+
+    assert len(await wait_until(alert_events, what="the alert event")) == 1
+    dead = [e for e in await store.events_since(0, 10_000) if e.type == "job.dead"]
+    sink = deck.node.notifier.sink
+    await sink.close()
+    await sink.open()
+    await sink.deliver(dead)
+    again = await alert_events()
+    assert again is not None and len(again) == 1, f"the repeated round raised the alert again: {len(again or [])}"
+    assert receiver.got == [], "nothing was sent to the channel that is off"
+
+
 async def test_a_schedule_that_pauses_itself_alerts_once_and_resuming_and_pausing_by_hand_does_not(
     deck: Deck, receiver: Receiver
 ) -> None:
