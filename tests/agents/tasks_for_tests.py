@@ -218,3 +218,16 @@ def trace_context() -> dict[str, Any]:
     import os
 
     return {"trace_id": f"{c.trace_id:032x}", "span_id": f"{c.span_id:016x}", "env": os.environ.get("TRACEPARENT")}
+
+
+async def trace_context_async() -> dict[str, Any]:
+    """The OpenTelemetry context this async call runs in (in the agent's own process), and a child
+    span it starts there with a tracer of its own."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    c = trace.get_current_span().get_span_context()
+    with TracerProvider().get_tracer("task").start_as_current_span("task.own") as own:
+        parent = own.parent
+    return {"trace_id": f"{c.trace_id:032x}", "span_id": f"{c.span_id:016x}",
+            "child_parent": f"{parent.span_id:016x}" if parent is not None else None}  # fmt: skip

@@ -119,3 +119,39 @@ async def test_two_nodes_on_one_postgres_sum_to_the_cluster_without_double_count
     finally:
         for node, _, task in nodes:
             await stop_node(node, task)
+
+
+async def test_schedules_running_jobs_relays_and_lease_expiries_show_in_the_metrics(running: RunningNode) -> None:
+    """The rest of the issue's list, each moved by the real thing: a schedule's fires and their
+    lateness, a running job in its queue's gauge, the relays' lag, and a lease that expired because
+    its agent (one that claimed and then went silent) never reported."""
+    import asyncio
+    import time
+
+    from core.model import build_job
+    from core.store.base import ClaimRequest
+
+    client = running.client
+    sched = await client.create_schedule({"name": "every-second", "interval": 1, "job": shell("true", "sched")})
+    long_job = (await client.submit(shell("sleep 60", "long")))["id"]
+    ghost = build_job({"queue": "ghostq", "labels": {"zone": "nowhere"}, "task": {"kind": "shell", "command": "true"}},
+                      time.time(), running.node.engine.policy)  # fmt: skip
+    ((stored, _),) = await running.store.submit_jobs([ghost])
+    claimed = await running.store.claim_jobs(ClaimRequest("ghost-agent", 1, frozenset({"ghostq"}),
+                                                          labels={"zone": "nowhere"}), time.time())  # fmt: skip
+    assert [j.id for j in claimed] == [stored.id], "the silent agent holds the job"
+    deadline = time.monotonic() + 60
+    while True:
+        m, cluster = await scrape(running.url), await scrape(running.url, "/metrics/cluster")
+        moved = (value(m, "jobdeck_schedule_fires_total") >= 2 and value(m, "jobdeck_lease_expiries_total", queue="ghostq") == 1
+                 and value(cluster, "jobdeck_queue_running", queue="long") == 1)  # fmt: skip
+        if moved:
+            break
+        assert time.monotonic() < deadline, f"within 60 s: {m} {cluster}"
+        await asyncio.sleep(0.5)
+    assert value(m, "jobdeck_schedule_lateness_seconds_count") >= 2, m
+    assert value(m, "jobdeck_schedule_misses_total") == 0
+    assert ("jobdeck_relay_lag_events", frozenset({("relay", "notify")})) in cluster, "the notify relay's lag is served"
+    assert (await client.get_job(stored.id))["state"] in ("failed", "dead", "queued"), "the lost attempt is recorded"
+    await client.job_action(long_job, "cancel")
+    await client.delete_schedule(sched["id"])

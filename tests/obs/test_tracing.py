@@ -6,6 +6,8 @@ API shows the trace id and the link. With tracing off the caller's context is st
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from agents.runtime import AgentConfig, AgentRuntime
 from core.client import JobDeckClient
 from core.node import Node
 from core.obs.tracing import Tracing
-from tests.conftest import node_settings, until
+from tests.conftest import ROOT, node_settings, until
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"
@@ -141,6 +143,34 @@ async def test_a_sync_python_task_runs_in_the_run_span_s_context(traced: Traced)
     seen = job["result"]
     assert (seen["trace_id"], seen["span_id"]) == (CALLER_TRACE, f"{run.context.span_id:016x}"), seen
     assert seen["env"] == f"00-{CALLER_TRACE}-{run.context.span_id:016x}-01", seen
+
+
+async def test_an_async_python_task_runs_with_the_run_span_as_its_current_span(traced: Traced) -> None:
+    """An async task runs in the agent's process: the run's span context is its current span, and a
+    span the task starts itself is the run's child."""
+    spec = {"queue": "tq", "task": {"kind": "python", "function": "tests.agents.tasks_for_tests:trace_context_async"}}
+    async with httpx.AsyncClient(base_url=traced.url) as http:
+        made = await http.post("/v1/jobs", json=spec, headers={"traceparent": TRACEPARENT})
+        assert made.status_code == 201, made.text
+    async with JobDeckClient(traced.url) as c:
+        job = await c.wait_for(made.json()["id"], timeout=60)
+    assert job["state"] == "succeeded", job
+    await until(lambda: any(s.name == "jobdeck.run" for s in traced.spans.get_finished_spans()), timeout=30,
+                what="the run span")  # fmt: skip
+    run = next(s for s in traced.spans.get_finished_spans() if s.name == "jobdeck.run")
+    seen, run_span = job["result"], f"{run.context.span_id:016x}"
+    assert (seen["trace_id"], seen["span_id"], seen["child_parent"]) == (CALLER_TRACE, run_span, run_span), seen
+
+
+def test_with_tracing_off_no_sdk_is_loaded() -> None:
+    """Off (the default) costs nothing: a node's tracing hooks return at once, no export thread runs and
+    the tracing SDK is never imported (redis-py imports the metrics SDK for its own instruments)."""
+    code = ("import sys, threading; from core.obs.tracing import tracing_for; t = tracing_for('off'); "
+            "from core.node import Node; assert not t.enabled; "
+            "assert not [x for x in threading.enumerate() if x.name == 'jobdeck-span-export']; "
+            "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk.trace', 'opentelemetry.exporter'))))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr)
 
 
 async def test_a_schedule_s_jobs_each_firing_gets_a_trace_of_its_own(traced: Traced) -> None:
