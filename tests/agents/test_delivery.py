@@ -6,7 +6,10 @@ the result is a real TCP proxy."""
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +19,16 @@ from pathlib import Path
 import pytest
 
 from core.client import JobDeckClient
-from tests.conftest import ServerProcess, recorded_runs, recorder_task, spawn_agent, spawn_jobdeck, until
+from tests.conftest import (
+    ROOT,
+    ServerProcess,
+    recorded_runs,
+    recorder_task,
+    spawn_agent,
+    spawn_jobdeck,
+    stop_process,
+    until,
+)
 from tests.netproxy import TcpProxy
 from tests.services import REDIS_URL, redis_problem
 
@@ -343,3 +355,38 @@ async def test_a_finished_run_whose_attempt_was_recorded_lost_is_recorded_late_n
             agent.send_signal(signal.SIGCONT)
         _stop(agent)
         server.kill()
+
+
+async def test_the_readmes_idempotent_task_adds_one_payment_however_often_its_job_runs(tmp_path: Path) -> None:
+    """The README's example under "Delivery is at least once", run as written: a second run of the
+    job (a retry keeps its id) finds its key taken and adds nothing."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("Delivery is **at least once**") :]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S)
+    assert code and "def record_payment" in code.group(1), "the README's example moved or changed"
+    (tmp_path / "readme_payments.py").write_text(code.group(1))
+    with sqlite3.connect(tmp_path / "shop.db") as db:  # the table the example writes to, its key UNIQUE
+        db.execute("CREATE TABLE payments (idem_key TEXT UNIQUE, order_id INTEGER, cents INTEGER)")
+    server = spawn_jobdeck(tmp_path / "data", "server")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    with open(tmp_path / "agent.log", "w") as log:  # cwd: the example's shop.db is a relative path
+        agent = subprocess.Popen([sys.executable, "-m", "core.cli", "agent", "--server", server.url, "--name", "shop",
+                                  "--state-dir", str(tmp_path / "state"), "--import", "readme_payments"],
+                                 cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=env, text=True)  # fmt: skip
+    try:
+        async with JobDeckClient(server.url) as c:
+            await until(c.agents, 20, "the agent to register")
+            job = await c.submit({"task": {"kind": "python", "function": "readme_payments:record_payment",
+                                           "args": [7, 500]}})  # fmt: skip
+            for _ in range(2):
+                done = await c.wait_for(job["id"], timeout=30)
+                assert done["state"] == "succeeded", (done, (tmp_path / "agent.log").read_text()[-2000:])
+                if done["attempt"] == 1:
+                    await c.job_action(job["id"], "retry")
+            assert len(await c.attempts(job["id"])) == 2
+        with sqlite3.connect(tmp_path / "shop.db") as db:
+            rows = db.execute("SELECT idem_key, order_id, cents FROM payments").fetchall()
+        assert rows == [(f"jobdeck-{job['id']}", 7, 500)], f"expected one payment for two runs, got {rows}"
+    finally:
+        stop_process(agent)
+        stop_process(server.proc)
