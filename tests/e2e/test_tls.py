@@ -25,7 +25,7 @@ from console_tui.screens.jobs import JobsView
 from core.client import JobDeckClient
 from core.errors import TLSUntrusted
 from tests.certs import ThrowawayCA
-from tests.conftest import ROOT, free_port, spawn_agent, until
+from tests.conftest import ROOT, free_port, spawn_agent, stop_process, until
 
 pytestmark = pytest.mark.timeout(90)
 NOOP = {"task": {"kind": "python", "function": "agents.builtin:noop"}}
@@ -49,26 +49,30 @@ def tls_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsNode]:
     ca = ThrowawayCA(folder / "ca")
     cert, key = ca.issue("127.0.0.1", "localhost")
     port = free_port()
-    log = folder / "server.log"
-    cmd = [sys.executable, "-m", "core.cli", "server", "--data-dir", str(folder / "data"), "--port", str(port),
-           "--tls-cert", str(cert), "--tls-key", str(key)]  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("JOBDECK_CA_FILE", None)
+    proc, url, log = start_tls_jobdeck("server", folder, port, cert, key)
+    try:
+        yield TlsNode(url, port, ca.cert, cert, key, log, proc)
+    finally:
+        stop_process(proc)
+
+
+def start_tls_jobdeck(
+    command: str, folder: Path, port: int, cert: Path, key: Path, *args: str
+) -> tuple[subprocess.Popen[str], str, Path]:
+    """`jobdeck COMMAND --tls-cert --tls-key ARGS` on `port`, once it says it is up: (process, its URL, its log)."""
+    log = folder / f"{command}.log"
+    cmd = [sys.executable, "-m", "core.cli", command, "--data-dir", str(folder / "data"), "--port", str(port),
+           "--tls-cert", str(cert), "--tls-key", str(key), *args]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "JOBDECK_CA_FILE"} | {"PYTHONUNBUFFERED": "1"}
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (m := re.search(r"JobDeck is up: API (\S+)", log.read_text())):
-            assert proc.poll() is None, f"the node exited with {proc.returncode}:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"the node did not start within 30 s:\n{log.read_text()}"
-            time.sleep(0.05)
-        yield TlsNode(m.group(1), port, ca.cert, cert, key, log, proc)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    deadline = time.monotonic() + 30
+    while not (m := re.search(r"JobDeck is up: API (\S+)", log.read_text())):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise AssertionError(f"jobdeck {command} did not start within 30 s:\n{log.read_text()}")
+        time.sleep(0.05)
+    return proc, m.group(1), log
 
 
 def jobdeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -222,26 +226,17 @@ async def test_the_web_dashboards_client_trusts_jobdeck_ca_file(
 
 async def test_jobdeck_up_serves_https_and_its_local_agent_runs_a_job(tls_node: TlsNode, tmp_path: Path) -> None:
     """`jobdeck up` takes the same --tls-cert / --tls-key: its API is https:// and its jobs run."""
-    port, log = free_port(), tmp_path / "up.log"
-    cmd = [sys.executable, "-m", "core.cli", "up", "--no-web", "--slots", "2", "--data-dir", str(tmp_path / "data"),
-           "--port", str(port), "--tls-cert", str(tls_node.cert), "--tls-key", str(tls_node.key)]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "JOBDECK_CA_FILE"} | {"PYTHONUNBUFFERED": "1"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, text=True)
+    port = free_port()
+    proc, url, log = await asyncio.to_thread(
+        start_tls_jobdeck, "up", tmp_path, port, tls_node.cert, tls_node.key, "--no-web", "--slots", "2"
+    )
     try:
-        await until(lambda: re.search(r"JobDeck is up: API (\S+)", log.read_text()) or proc.poll() is not None, 30,
-                    "jobdeck up to start")  # fmt: skip
-        m = re.search(r"JobDeck is up: API (\S+)", log.read_text())
-        assert m and m.group(1) == f"https://127.0.0.1:{port}", log.read_text()
-        async with JobDeckClient(m.group(1), ca_file=str(tls_node.ca)) as client:
+        assert url == f"https://127.0.0.1:{port}", log.read_text()
+        async with JobDeckClient(url, ca_file=str(tls_node.ca)) as client:
             job = await client.submit(NOOP)
             done = await client.wait_for(job["id"], timeout=30)
             assert done["state"] == "succeeded", done
-        plain = jobdeck("--server", m.group(1), "stats")
+        plain = jobdeck("--server", url, "stats")
         assert plain.returncode == 1 and "cannot verify the TLS certificate" in plain.stderr, plain.stderr
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
