@@ -162,6 +162,35 @@ async def test_an_async_python_task_runs_with_the_run_span_as_its_current_span(t
     assert (seen["trace_id"], seen["span_id"], seen["child_parent"]) == (CALLER_TRACE, run_span, run_span), seen
 
 
+async def test_a_local_agent_s_run_is_in_the_job_s_trace(tmp_path: Path) -> None:
+    """The agent inside the node (`jobdeck up`'s) records the run under the job's submit too."""
+    from core.cli.nodes import attach_local_agent
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    node = Node(node_settings(tmp_path), tracing=Tracing(provider))
+    await node.start()
+    attach_local_agent(node, name="local-test")
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(node.serve(on_ready=ready.set_result))
+    try:
+        url = await asyncio.wait_for(ready, 10)
+        job, output = await _run(url, {"traceparent": TRACEPARENT})
+        await until(lambda: {"jobdeck.wait", "jobdeck.run", "jobdeck.result"} <= {s.name for s in exporter.get_finished_spans()},
+                    timeout=30, what="the local run's spans")  # fmt: skip
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        submit, run = spans["jobdeck.submit"], spans["jobdeck.run"]
+        assert run.parent is not None and run.parent.span_id == submit.context.span_id, "the run hangs under the submit"
+        assert f"{run.context.trace_id:032x}" == CALLER_TRACE and run.attributes["jobdeck.job_id"] == job["id"]
+        assert spans["jobdeck.wait"].attributes["jobdeck.agent"] == "local-test"
+        assert f"tp=00-{CALLER_TRACE}-{run.context.span_id:016x}-01" in output, output
+    finally:
+        assert node.server is not None
+        node.server.should_exit = True
+        await asyncio.wait_for(serving, 15)
+
+
 def test_with_tracing_off_no_sdk_is_loaded() -> None:
     """Off (the default) costs nothing: a node's tracing hooks return at once, no export thread runs and
     the tracing SDK is never imported (redis-py imports the metrics SDK for its own instruments)."""
