@@ -17,7 +17,6 @@ from tests.web_ui.test_dashboard import api
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 OpenPage = Callable[..., Page]
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "img"
 PARIS = ZoneInfo("Europe/Paris")
 
 
@@ -70,8 +69,6 @@ def test_policies_counts_details_run_now_and_a_backfill_counted_then_made_once(
     want = sorted((hour - timedelta(hours=h)).timestamp() for h in (1, 2, 3))
     got = sorted(datetime.fromisoformat(j["fire_time"]).timestamp() for j in made if j["fire_time"])
     assert got == want, f"fire times made {got}, expected {want}"
-    if SHOTS.is_dir():
-        page.screenshot(path=str(SHOTS / "web-schedules.png"), full_page=True)
     page.screenshot(path=str(tmp_path / "schedules.png"), full_page=True)
     print("screenshots in", tmp_path)
     page.locator("#bf-count").click()
