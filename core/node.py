@@ -128,6 +128,11 @@ class Node:
 
             sink = KafkaSink(settings)
             self.relays.append(Relay(self.store, self.bus, sink, lease_seconds=settings.relay_lease_seconds))
+            if sink.topics.audit:  # per-family topics: the audit log too, from a cursor of its own
+                from core.relay.kafka import AuditReader, KafkaAuditSink
+
+                self.relays.append(Relay(self.store, self.bus, KafkaAuditSink(settings), reader=AuditReader(self.store),
+                                         lease_seconds=settings.relay_lease_seconds))  # fmt: skip
             if settings.kafka_submit_topic:
                 self.kafka_submissions = KafkaSubmissions(self.engine, settings)
         self.server: uvicorn.Server | None = None

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -21,7 +21,7 @@ from aiokafka.helpers import create_ssl_context
 
 from core.config import Settings
 from core.errors import InvalidInput
-from core.relay.kafka_records import Topics, partition_of, records_of
+from core.relay.kafka_records import Record, Topics, audit_event, audit_records_of, partition_of, records_of
 from core.relay.relay import SinkUnavailable
 from core.store.base import Event
 
@@ -82,6 +82,7 @@ class KafkaSink:
     summary and last error to the dead-letter topic too."""
 
     name = "kafka"
+    records: Callable[[Event, Topics], list[Record]] = staticmethod(records_of)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -124,7 +125,7 @@ class KafkaSink:
         last = 0
         for e in events:
             placed = []
-            for r in records_of(e, self.topics):
+            for r in self.records(e, self.topics):
                 n = partitions.get(r.topic)
                 if n is None:
                     n = partitions[r.topic] = len(await producer.partitions_for(r.topic))
@@ -147,3 +148,24 @@ class KafkaSink:
             partitions.clear()  # read the partition counts again: they may have changed
             raise failed[0]
         return last
+
+
+class KafkaAuditSink(KafkaSink):
+    """The audit log to `<events topic>.audit` (per-family topics only): the same producer and
+    batching as the events, a position and lease of its own ("kafka-audit")."""
+
+    name = "kafka-audit"
+    records = staticmethod(audit_records_of)
+
+
+class AuditReader:
+    """The relay's reader over the audit log by id (the store reads it gap-free: see audit_after).
+    The bus carries feed events, not audit entries: it only wakes the relay."""
+
+    live = False
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def since(self, position: int, limit: int) -> list[Event]:
+        return [audit_event(entry) for entry in await self.store.audit_after(position, limit)]

@@ -8,6 +8,7 @@ a consumer bumps SCHEMA_VERSION.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -23,6 +24,7 @@ FAMILY_TOPICS = {"job": "jobs", "schedule": "schedules", "queue": "queues", "age
 # messages over their max.message.bytes (1 MB by default), and one refused event would stop the relay.
 MAX_VALUE_BYTES = 256 * 1024
 DEAD_TYPE = "job.dead"
+AUDIT_FAMILY = "audit"  # the audit log's topic, `<events topic>.audit`, only with per-family topics
 
 
 class Record(NamedTuple):
@@ -46,6 +48,11 @@ class Topics:
     events: str = "jobdeck.events"
     per_family: bool = False
     dead: str = "jobdeck.dead"
+
+    @property
+    def audit(self) -> str:
+        """The audit log's topic ("" when topics are not per family: one topic mixes feed events only)."""
+        return f"{self.events}.{AUDIT_FAMILY}" if self.per_family else ""
 
     def for_type(self, type_: str) -> str:
         if not self.per_family:
@@ -132,3 +139,25 @@ def partition_of(key: bytes, partitions: int) -> int:
     """The partition of `key` among `partitions`, as the Java client's default partitioner (murmur2)
     picks it, so any other Kafka producer would put the key in the same partition."""
     return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
+
+
+def audit_event(entry: dict[str, Any]) -> Event:
+    """An audit entry (as /v1/audit shows it) as the relay carries it: seq = the entry's id, type
+    "audit.<action>", and the value docs/kafka-audit.schema.json describes as its body. `before`
+    and `after` larger than MAX_VALUE_BYTES are left out ("truncated": true)."""
+    row = {k: v for k, v in entry.items() if k not in ("id", "at")}
+    value = {"schema_version": SCHEMA_VERSION, "seq": entry["id"], "type": f"audit.{entry['action']}",
+             "time": entry["at"], **row}  # fmt: skip
+    body = orjson.dumps(value)
+    if len(body) > MAX_VALUE_BYTES:
+        body = orjson.dumps({**value, "before": None, "after": None, "truncated": True})
+    ts = datetime.fromisoformat(entry["at"].replace("Z", "+00:00")).timestamp()
+    return Event(int(entry["id"]), ts, value["type"], None, None, body)
+
+
+def audit_records_of(e: Event, topics: Topics) -> list[Record]:
+    """The message for one audit entry: on the audit topic, keyed by its target ("job:12",
+    "queue:emails"; "audit" for an entry without one), so one target's entries stay in order."""
+    assert e.seq is not None and topics.audit, "audit entries are relayed only with per-family topics"
+    target = orjson.loads(e.body).get("target")
+    return [Record(topics.audit, (target or AUDIT_FAMILY).encode(), e.body, _headers(e.type))]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
 import socket
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from core.bus import Bus
@@ -56,6 +58,29 @@ class RelayStore(Protocol):
     async def relay_positions(self) -> list[RelayPosition]: ...
 
 
+class Reader(Protocol):
+    """What a relay reads, in order after its cursor: the events table by default, or another
+    append-only table by id (the audit log: core/relay/kafka.py AuditReader). `live` says whether
+    the bus carries the same rows (events do; then a relay that keeps up reads nothing from the
+    store); otherwise the bus only wakes the relay and every round reads the store."""
+
+    live: bool
+
+    async def since(self, position: int, limit: int) -> list[Event]: ...
+
+
+class EventsReader:
+    """The events table: what every relay reads unless told otherwise."""
+
+    live = True
+
+    def __init__(self, store: RelayStore) -> None:
+        self.store = store
+
+    async def since(self, position: int, limit: int) -> list[Event]:
+        return await self.store.events_since(position, limit)
+
+
 _NO_WAKE = Subscription(LocalBus(), 0)  # before the first pump: a bus that never brings anything
 
 
@@ -77,7 +102,24 @@ async def relay_lag(store: Any, now: float) -> dict[str, Any]:
     if not found:
         return {}
     last = await store.last_seq()
-    return {p.name: p.view(last, now) for p in found}
+    out = {p.name: p.view(last, now) for p in found if p.name not in AUDIT_RELAYS}
+    for p in found:
+        if p.name in AUDIT_RELAYS:  # its position is an audit entry's id, not an event's seq
+            out[p.name] = await _audit_view(store, p, now)
+    return out
+
+
+AUDIT_RELAYS = frozenset({"kafka-audit"})  # relays that read the audit log (core/relay/kafka.py)
+
+
+async def _audit_view(store: Any, p: RelayPosition, now: float) -> dict[str, Any]:
+    from core.store.audit import AuditFilter
+
+    newest = await store.list_audit(AuditFilter(), None, 1)
+    last = int(newest[0]["id"]) if newest else p.acked_seq
+    nxt = await store.audit_after(p.acked_seq, 1) if last > p.acked_seq else []
+    next_ts = datetime.fromisoformat(nxt[0]["at"].replace("Z", "+00:00")).timestamp() if nxt else None
+    return dataclasses.replace(p, next_ts=next_ts).view(last, now)
 
 
 class Relay:
@@ -93,8 +135,10 @@ class Relay:
         batch: int = 5000,
         holder: str | None = None,
         clock: Callable[[], float] = utcnow,
+        reader: Reader | None = None,
     ) -> None:
         self.store = store
+        self.reader: Reader = reader or EventsReader(store)
         self.bus = bus
         self.sink = sink
         self.lease_seconds = lease_seconds
@@ -284,6 +328,8 @@ class Relay:
         """Append the bus's events that follow the buffer without a gap (they are committed), so a
         relay that keeps up reads nothing from the store. A gap (an overflow, another node's event
         not here yet) sends the next round to the store."""
+        if not self.reader.live:
+            return  # the bus carries events, not what this relay reads: it only woke the relay
         tail = (self._buffer[-1].seq or 0) if self._buffer else self.acked
         for e in events:
             if e.seq is None or e.seq <= tail:
@@ -310,17 +356,17 @@ class Relay:
         elif not behind:
             self._take_live(self._wake.take())
         if not self._buffer and (not self._live or time.monotonic() - self._polled_at >= IDLE_POLL):
-            self._buffer = await self.store.events_since(self.acked, self.batch)
+            self._buffer = await self.reader.since(self.acked, self.batch)
             self._polled_at = time.monotonic()
             first = self._buffer[0].seq if self._buffer else None
             if self.acked and first is not None and first > self.acked + 1:
                 log.warning("%s relay: events %d..%d were pruned before they were relayed (it was more than "
                             "event_retention_hours behind)", self.sink.name, self.acked + 1, first - 1)  # fmt: skip
             behind = len(self._buffer) >= self.batch
-            self._live = not behind  # caught up: what commits next comes on the bus
+            self._live = not behind and self.reader.live  # caught up: what commits next comes on the bus
         if behind and self._ahead is None and len(self._buffer) < 2 * self.batch:
             after = self._buffer[-1].seq or 0
-            self._ahead = asyncio.create_task(self.store.events_since(after, self.batch))
+            self._ahead = asyncio.create_task(self.reader.since(after, self.batch))
         return self._buffer[: self.batch]
 
     async def _retry_later(self, exc: BaseException, what: str) -> None:

@@ -108,6 +108,12 @@ READ_RETRY_FOR = 5.0  # seconds a read waits for the database to come back
 LIMITS_FRESH_FOR = 1.0  # seconds a claim trusts the list of limited queues it read
 
 
+# Every transaction that inserts an audit row holds this advisory lock (shared) from just before
+# the insert to its commit; `audit_after` takes it exclusively, so it reads only once no insert is
+# in flight: an identity id can commit after a larger one, and a reader by id would skip it.
+AUDIT_LOCK = 0x6A6F62_6175  # "job" "au"
+AUDIT_SHARED = f"SELECT pg_advisory_xact_lock_shared({AUDIT_LOCK})"
+AUDIT_READ_WAIT = "200ms"  # at most this long for in-flight inserts; then the read returns nothing this round
 INSERT_AUDIT = (
     f"INSERT INTO audit_log ({', '.join(audit.COLUMNS)}) "
     f"VALUES ({', '.join(f'${i + 1}' for i in range(len(audit.COLUMNS)))})"
@@ -232,6 +238,7 @@ class PostgresStore(
             finally:
                 tx.audit = None
             if scope.changed:  # a write that changed nothing (every decision refused) is not an "ok" entry
+                await tx.conn.execute(AUDIT_SHARED)
                 await tx.conn.execute(INSERT_AUDIT, *scope.row(tx.now))
             return result
 
@@ -243,6 +250,7 @@ class PostgresStore(
         """Append an entry that rides on no change (a refused or failed call)."""
 
         async def op(tx: PgTx) -> None:
+            await tx.conn.execute(AUDIT_SHARED)
             await tx.conn.execute(INSERT_AUDIT, *row)
 
         with audit.not_acting():
@@ -257,6 +265,24 @@ class PostgresStore(
         sql = (f"SELECT id, {', '.join(audit.COLUMNS)} FROM audit_log"
                f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY id DESC LIMIT {int(limit)}")  # fmt: skip
         return [audit.entry_dict(tuple(r)[1:], r[0]) for r in await self._fetch(sql, *args)]
+
+    async def audit_after(self, after_id: int, limit: int) -> list[dict[str, Any]]:
+        """Committed entries after `after_id`, oldest first, none skipped: read under AUDIT_LOCK
+        taken exclusively, so every id handed out so far has committed or rolled back (a busy
+        moment past AUDIT_READ_WAIT gives [] and the relay reads again in its next round)."""
+        sql = f"SELECT id, {', '.join(audit.COLUMNS)} FROM audit_log WHERE id > $1 ORDER BY id LIMIT $2"
+
+        async def q(c: Conn) -> list[dict[str, Any]]:
+            try:
+                async with c.transaction():
+                    await c.execute(f"SET LOCAL lock_timeout = '{AUDIT_READ_WAIT}'")
+                    await c.execute(f"SELECT pg_advisory_xact_lock({AUDIT_LOCK})")
+                    rows = await c.fetch(sql, after_id, int(limit))
+            except asyncpg.LockNotAvailableError:
+                return []
+            return [audit.entry_dict(tuple(r)[1:], r[0]) for r in rows]
+
+        return await self._read(q)
 
     async def release_expired_unique_keys(self, now: float, batch: int = PRUNE_BATCH) -> int:
         """Let go of window unique keys whose window passed (a submit of the key would anyway), `batch`

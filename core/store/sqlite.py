@@ -606,6 +606,13 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         args = tuple(v for _, _, v in conds)
         return await self._read(lambda c: [audit.entry_dict(tuple(r[1:]), r[0]) for r in c.execute(sql, args)])
 
+    async def audit_after(self, after_id: int, limit: int) -> list[dict[str, Any]]:
+        """Committed entries after `after_id`, oldest first (one writer: ids commit in order)."""
+        sql = f"SELECT id, {', '.join(audit.COLUMNS)} FROM audit_log WHERE id > ? ORDER BY id LIMIT ?"
+        return await self._read(
+            lambda c: [audit.entry_dict(tuple(r[1:]), r[0]) for r in c.execute(sql, (after_id, int(limit)))]
+        )
+
     async def prune_audit(self, before: float) -> int:
         """Drop entries older than the retention (the only deletion the log allows)."""
         return await self._write(lambda tx: tx.conn.execute("DELETE FROM audit_log WHERE at < ?", (before,)).rowcount)

@@ -69,3 +69,33 @@ async def test_the_log_is_append_only_and_pruned_by_age(kit: StoreKit) -> None:
     entries = await kit.store.list_audit(AuditFilter(actor="olive"), None, 10)
     assert [(e["at"][:4], e["actor"]) for e in entries] == [("1970", "olive")] and len(entries) == 1
     assert await kit.store.list_audit(AuditFilter(outcome="ok"), None, 10) == []
+
+
+async def test_the_relay_reads_entries_in_id_order_and_skips_none_that_commits_late(kit: StoreKit) -> None:
+    """audit_after (what the Kafka audit relay reads): committed entries after an id, oldest first.
+    On PostgreSQL an identity id can commit after a larger one: while an entry's transaction is
+    open, the read returns nothing rather than the larger id past it (that would skip it)."""
+    row = audit.AuditScope(ACTOR, "pause_queue", "queue:payments").row(100.0, "refused", "no")
+    for _ in range(3):
+        await kit.store.record_audit(row)
+    assert [e["id"] for e in await kit.store.audit_after(0, 10)] == [1, 2, 3]
+    assert [e["id"] for e in await kit.store.audit_after(1, 1)] == [2]
+    assert (await kit.store.audit_after(2, 10))[0]["target"] == "queue:payments"
+    if kit.kind != "postgres":
+        return  # one writer: ids commit in order
+    import asyncpg
+
+    from core.store.postgres import AUDIT_SHARED, INSERT_AUDIT
+
+    slow = await asyncpg.connect(kit.url)
+    try:
+        tx = slow.transaction()
+        await tx.start()
+        await slow.execute(AUDIT_SHARED)  # as the store's insert does
+        await slow.execute(INSERT_AUDIT, *row)  # id 4, not committed yet
+        await kit.store.record_audit(row)  # id 5 commits first
+        assert await kit.store.audit_after(3, 10) == [], "id 5 is not read past the open id 4"
+        await tx.commit()
+    finally:
+        await slow.close()
+    assert [e["id"] for e in await kit.store.audit_after(3, 10)] == [4, 5]
