@@ -127,6 +127,14 @@ class ServerProcess:
         self.proc.kill()
         self.proc.wait(10)
 
+    def stop(self) -> None:
+        """SIGTERM, as a user's Ctrl-C would, and SIGKILL if it has not exited within 15 s."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
     def output(self) -> str:
         return self.log.read_text()
 
@@ -177,11 +185,7 @@ def jobdeck_process(tmp_path: Path) -> Iterator[ServerProcess]:
         yield sp
     finally:
         if sp.proc.poll() is None:
-            sp.proc.terminate()
-            try:
-                sp.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                sp.kill()
+            sp.stop()
 
 
 async def take(events: Any, n: int) -> Any:

@@ -23,11 +23,7 @@ def jobdeck_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     try:
         yield sp
     finally:
-        sp.proc.terminate()
-        try:
-            sp.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            sp.kill()
+        sp.stop()
 
 
 def jobdeck(server: ServerProcess | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

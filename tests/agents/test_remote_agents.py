@@ -30,11 +30,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     try:
         yield sp
     finally:
-        sp.proc.terminate()
-        try:
-            sp.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            sp.kill()
+        sp.stop()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ The WebSocket classes (a too-large `since`, garbage frames) are in test_ws_input
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -47,11 +46,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     try:
         yield sp
     finally:
-        sp.proc.terminate()
-        try:
-            sp.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            sp.kill()
+        sp.stop()
 
 
 @pytest.fixture(scope="module")

@@ -34,11 +34,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.skipif(not SCHEMATHESIS.exis
 
 def _stop(sp: ServerProcess) -> None:
     if sp.proc.poll() is None:
-        sp.proc.terminate()
-        try:
-            sp.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            sp.kill()
+        sp.stop()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -21,11 +20,7 @@ SIZE = (150, 42)
 
 def stop(sp: ServerProcess) -> None:
     if sp.proc.poll() is None:
-        sp.proc.terminate()
-        try:
-            sp.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            sp.kill()
+        sp.stop()
 
 
 @pytest.fixture(scope="module")
