@@ -20,12 +20,12 @@ from textual.widgets import Button, Input, Label, Static
 
 from console_tui.format import epoch
 from console_tui.screens.dialogs import DIALOG_CSS
+from console_tui.screens.schedules import PREVIEW_N, fire_time_lines
 from core.errors import InvalidInput, JobDeckError
 
 if TYPE_CHECKING:
     from console_tui.app import ConsoleApp
 
-PREVIEW_N = 5
 PREVIEW_DEBOUNCE = 0.25  # seconds after the last key before the preview asks the server
 OVERLAPS = ("skip", "buffer_one", "buffer_all", "cancel_previous", "allow")
 CATCH_UPS = ("latest", "none", "all")
@@ -134,14 +134,7 @@ def preview_panel(got: dict[str, Any] | None, problem: str | None, fmt: Any) -> 
         return Text("give Cron, Every or Once at to see the next fire times", style="dim")
     zone = str(got.get("timezone") or "UTC")
     text = Text(f"next {PREVIEW_N} fire times ({zone})", style="bold")
-    for f in got.get("fire_times", []):
-        t = epoch(f.get("utc"))
-        text.append(f"\n  {fmt.date_time(t, zone)}  = {fmt.other_zone(t, zone)}")
-        if f.get("marks"):
-            text.append(f"   {' '.join(f['marks'])}", style="yellow")
-    if not got.get("fire_times"):
-        text.append("\n  no fire time to come", style="dim")
-    return text
+    return fire_time_lines(text, got, zone, fmt)
 
 
 class ScheduleFormScreen(ModalScreen[dict[str, Any] | None]):

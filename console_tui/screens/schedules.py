@@ -66,6 +66,19 @@ def template_queue(s: Json) -> str:
     return str(first.get("queue") or "default")
 
 
+def fire_time_lines(text: Text, got: Json, zone: str, fmt: Any) -> Text:
+    """Append a preview's fire times to `text`: each in the schedule's zone and the viewer's, with its marks
+    (DST gap or overlap, a policy's skip); the schedules panel and the schedule form both show them so."""
+    for f in got.get("fire_times", []):
+        t = epoch(f.get("utc"))
+        text.append(f"\n  {fmt.date_time(t, zone)}  = {fmt.other_zone(t, zone)}")
+        if f.get("marks"):
+            text.append(f"   {' '.join(f['marks'])}", style="yellow")
+    if not got.get("fire_times"):
+        text.append("\n  no fire time to come", style="dim")
+    return text
+
+
 def preview_text(s: Json, got: Json, fmt: Any) -> Text:
     """The preview panel: the next fire times in the schedule's zone and in the viewer's (or UTC),
     with their marks (dst_gap, dst_overlap, excluded, may_skip)."""
@@ -77,14 +90,7 @@ def preview_text(s: Json, got: Json, fmt: Any) -> Text:
     text.append(f" · overlap {s.get('overlap', 'skip')}, catch-up {s.get('catch_up', 'latest')}", style="dim")
     if s.get("paused"):
         text.append(" · paused: none of these fires until resumed", style="bold magenta")
-    for f in got.get("fire_times", []):
-        t = epoch(f.get("utc"))
-        text.append(f"\n  {fmt.date_time(t, zone)}  = {fmt.other_zone(t, zone)}")
-        if f.get("marks"):
-            text.append(f"   {' '.join(f['marks'])}", style="yellow")
-    if not got.get("fire_times"):
-        text.append("\n  no fire time to come", style="dim")
-    return text
+    return fire_time_lines(text, got, zone, fmt)
 
 
 def policy_note(s: Json) -> str:
