@@ -5,9 +5,10 @@ routes, /metrics (this node's series) and /metrics/cluster (the store's, the sam
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import time
-import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -29,6 +30,10 @@ log = logging.getLogger("jobdeck.http")
 router = APIRouter(tags=["system"], route_class=Route)
 EngineDep = Annotated[Engine, Depends(get_engine)]
 REQUEST_ID_MAX = 128
+# A new request id: this process's random prefix and a counter (unique, not a secret; uuid4 cost ~7 % of a
+# single submit's server time in a py-spy profile, its 16 bytes of os.urandom a request).
+_ID_PREFIX = os.urandom(8).hex()
+_ID_COUNTER = itertools.count(1)
 
 
 def _request_id(raw: bytes | None) -> str:
@@ -37,7 +42,7 @@ def _request_id(raw: bytes | None) -> str:
         text = raw.decode("latin-1")
         if text.isascii() and text.isprintable() and text.strip():
             return text.strip()
-    return uuid.uuid4().hex
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
 
 
 class RequestContext:
