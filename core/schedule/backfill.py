@@ -21,7 +21,7 @@ def backfill_times(s: Schedule, start: float, end: float, now: float) -> list[fl
             "have passed; the schedule makes the ones to come",
             field="to",
         )
-    times = [t for t in next_fire_times(s, start - 1e-6, BACKFILL_MAX + 1) if t <= end]
+    times = next_fire_times(s, start - 1e-6, BACKFILL_MAX + 1, until=end)
     if len(times) > BACKFILL_MAX:
         raise InvalidInput(
             f"to: the range {iso(start)} .. {iso(end)} holds more than {BACKFILL_MAX:,} fire times; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -202,13 +203,16 @@ def excludes_every_fire_time(s: Schedule) -> bool:
     return all(o is None or (a is not None and a <= o) for a, o in zip(own, other, strict=True))
 
 
-def next_fire_times(s: Schedule, after: float, n: int) -> list[float]:
-    """The next `n` fire times strictly after `after` (Unix seconds), exclusions left out."""
+def next_fire_times(s: Schedule, after: float, n: int, *, until: float = math.inf) -> list[float]:
+    """The next `n` fire times strictly after `after` and not after `until` (Unix seconds), exclusions
+    left out."""
     out: list[float] = []
     if n <= 0 or excludes_every_fire_time(s):
         return out
     run = 0  # excluded candidates in a row
     for t in candidate_times(s, after):
+        if t > until:
+            break
         if excluded(s, t):
             run += 1
             if run >= EXCLUDED_SCAN_MAX:
