@@ -1,4 +1,4 @@
-"""Benchmark: notifications (a `jobdeck server` with no agent, a webhook receiver in this process).
+"""Benchmark: notifications (a `jobdeck server` with no agent, a webhook receiver in its own process).
 
 delivery latency: one rule sends every job.created of one queue to 10 webhook channels; another
 process submits 100 jobs a second; the receiver takes, per request, its arrival time minus the
@@ -25,16 +25,10 @@ from typing import Any
 
 import httpx
 import orjson
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import PlainTextResponse
-from starlette.routing import Route
 
 from bench.context import RunContext
 from bench.report import Figure, Floor, percentile
 from bench.server import BenchError
-from bench.workload import epoch
 
 NAME = "notify"
 RATE, CHANNELS = 100.0, 10
@@ -46,49 +40,35 @@ JOB = {"queue": "hooked", "task": {"kind": "shell", "command": "true"}}  # the s
 
 
 class _Receiver:
-    """Webhook receivers on one loopback port: /ok/{n} answers at once, /hang never does."""
+    """Webhook receivers on one loopback port, in their own process (bench/webhook_receiver.py):
+    /ok/{n} answers at once and notes the delivery's lag, /hang never answers."""
 
     def __init__(self) -> None:
-        self.lags: list[float] = []
         self.port = 0
-        self._server: uvicorn.Server | None = None
+        self._http: httpx.AsyncClient | None = None
 
-    async def _ok(self, request: Request) -> PlainTextResponse:
-        try:
-            body = await request.body()
-        except ClientDisconnect:  # the server is stopping
-            return PlainTextResponse("gone")
-        now = time.time()
-        data = orjson.loads(body).get("data") or {}
-        sent = (data.get("event") or {}).get("ts") or data.get("sent")
-        if isinstance(sent, str):
-            self.lags.append((now - epoch(sent)) * 1000)
-        elif isinstance(sent, float):
-            self.lags.append((now - sent) * 1000)
-        return PlainTextResponse("ok")
-
-    async def _hang(self, request: Request) -> PlainTextResponse:
-        await asyncio.sleep(3600)
-        return PlainTextResponse("late")
+    async def take(self) -> list[float]:
+        """The lags (ms) noted since the last call."""
+        assert self._http is not None
+        r = await self._http.get(f"http://127.0.0.1:{self.port}/lags")
+        return list(orjson.loads(r.content))
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[_Receiver]:
-        app = Starlette(
-            routes=[Route("/ok/{n}", self._ok, methods=["POST"]), Route("/hang", self._hang, methods=["POST"])]
-        )
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off",
-                                timeout_graceful_shutdown=1)  # fmt: skip
-        self._server = uvicorn.Server(config)
-        task = asyncio.create_task(self._server.serve())
-        while not self._server.started:
-            await asyncio.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.webhook_receiver",
+                                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+        assert proc.stdout is not None and proc.stdin is not None
         try:
-            yield self
+            self.port = int(await asyncio.wait_for(proc.stdout.readline(), 30))
+            async with httpx.AsyncClient(timeout=30) as self._http:
+                yield self
         finally:
-            self._server.should_exit = True
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(task, 5)
+            proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), 5)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
 
 
 async def _latency_run(ctx: RunContext, rx: _Receiver, slow: bool, turn: int) -> tuple[list[float], int, float]:
@@ -110,7 +90,8 @@ async def _latency_run(ctx: RunContext, rx: _Receiver, slow: bool, turn: int) ->
                 "window_seconds": 0}  # fmt: skip
         if (r := await http.post("/v1/notifications/rules", json=rule)).status_code != 201:
             raise BenchError(f"cannot create the rule: {r.text}")
-        rx.lags.clear()
+        await rx.take()
+        lags: list[float] = []
         ctx.progress(
             f"{RATE:.0f} events/s for {seconds:.0f} s to {CHANNELS} channels" + (" + 1 that hangs" if slow else "")
         )
@@ -119,18 +100,19 @@ async def _latency_run(ctx: RunContext, rx: _Receiver, slow: bool, turn: int) ->
         started = time.monotonic()
         deadline = started + seconds + 60
         last, last_at = -1, started
-        while (load.poll() is None or len(rx.lags) < expected) and time.monotonic() < deadline:
+        while (load.poll() is None or len(lags) < expected) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-            if len(rx.lags) != last:
-                last, last_at = len(rx.lags), time.monotonic()
+            lags += await rx.take()
+            if len(lags) != last:
+                last, last_at = len(lags), time.monotonic()
         load.wait(10)
-        return sorted(rx.lags), expected, len(rx.lags) / max(last_at - started, 1e-6)
+        return sorted(lags), expected, len(lags) / max(last_at - started, 1e-6)
 
 
 async def _baseline(rx: _Receiver, seconds: float) -> list[float]:
     """This process POSTing the same number of requests at the same rate (10 in flight per tick at
     most, like the dispatcher's per-channel workers); stops after 60 s whatever it reached."""
-    rx.lags.clear()
+    await rx.take()
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     sem = asyncio.Semaphore(64)
 
@@ -150,7 +132,7 @@ async def _baseline(rx: _Receiver, seconds: float) -> list[float]:
         _, pending = await asyncio.wait(tasks, timeout=60)
         for t in pending:
             t.cancel()
-    return sorted(rx.lags)
+    return sorted(await rx.take())
 
 
 async def delivery_latency(ctx: RunContext) -> list[Figure]:
