@@ -78,3 +78,57 @@ def test_policies_counts_details_run_now_and_a_backfill_counted_then_made_once(
     page.locator("#bf-run").click()
     expect(page.locator("#bf-result")).to_have_text("made 0 run(s) (3 of 3 fire times had a job already)")
     assert len(api(web, "list_jobs", schedule_id=s["id"])["jobs"]) == 4, "each fire time at most once"
+
+
+def test_the_form_sets_policies_and_an_edit_changes_only_what_was_changed(
+    open_page: OpenPage, web: Dashboard, tmp_path: Path
+) -> None:
+    page = open_page("/schedules")
+    page.locator("#new-schedule").click()
+    form = page.get_by_role("dialog")
+    form.get_by_label("Name").fill("web-policies")
+    form.get_by_label("Cron (min hour day month weekday)").fill("*/10 * * * *")
+    form.get_by_label("Command").fill("echo policies")
+    page.locator("#s-overlap").click()
+    page.get_by_role("option", name="buffer_one").click()
+    page.locator("#s-catch-up").click()
+    page.get_by_role("option", name="all").click()
+    form.get_by_label("Catch-up window (s)").fill("-5")
+    form.get_by_label("Jitter (s)").fill("30")
+    form.get_by_label("Pause after failures").fill("3")
+    form.get_by_label("Skip these dates").fill("2026-12-25, 2027-01-01")
+    form.get_by_label("Skip fire times matching cron").fill("*/20 * * * *")  # every other */10 time
+    expect(page.locator("#fire-times li", has_text="(excluded)").first).to_be_visible(timeout=10_000)
+    form.get_by_label("Skip fire times matching cron").fill("* * * * 6,0")
+    page.locator("#s-save").click()
+    expect(page.locator("#s-error-catch_up_window")).to_contain_text("catch_up_window")  # the server's reason
+    page.screenshot(path=str(tmp_path / "form.png"))
+    assert not [s for s in api(web, "schedules") if s["name"] == "web-policies"], "a refused form writes nothing"
+    form.get_by_label("Catch-up window (s)").fill("600")
+    page.locator("#s-save").click()
+    row = page.locator("#schedules-table tr", has_text="web-policies")
+    expect(row.locator(".schedule-policy")).to_have_text("buffer_one · catch-up all")
+    saved = next(s for s in api(web, "schedules") if s["name"] == "web-policies")
+    got = {k: saved[k] for k in ("overlap", "catch_up", "catch_up_window", "jitter", "pause_after_failures",
+                                 "exclude_dates", "exclude_cron")}  # fmt: skip
+    assert got == {"overlap": "buffer_one", "catch_up": "all", "catch_up_window": 600, "jitter": 30,
+                   "pause_after_failures": 3, "exclude_dates": ["2026-12-25", "2027-01-01"],
+                   "exclude_cron": "* * * * 6,0"}, got  # fmt: skip
+
+    # a schedule made elsewhere with an HTTP task and a job timeout: editing its cron in the form
+    # changes the cron and nothing else (the task stays an HTTP call, the job keeps its fields)
+    http = api(web, "create_schedule", {
+        "name": "web-http", "cron": "0 * * * *", "overlap": "allow",
+        "job": {"queue": "web-sched", "timeout": 42, "max_attempts": 7,
+                "task": {"kind": "http", "url": "http://127.0.0.1:9/ping"}},
+    })  # fmt: skip
+    page.reload()
+    page.locator("#schedules-table tr", has_text="web-http").get_by_role("button", name="Edit").click()
+    cron = form.get_by_label("Cron (min hour day month weekday)")
+    expect(cron).to_have_value("0 * * * *")
+    cron.fill("15 * * * *")
+    page.locator("#s-save").click()
+    expect(page.locator("#schedules-table tr", has_text="web-http")).to_contain_text("15 * * * *")
+    after = api(web, "get_schedule", http["id"])
+    assert after["cron"] == "15 * * * *" and after["overlap"] == "allow", after
+    assert after["job"] == http["job"], (after["job"], http["job"])

@@ -10,7 +10,7 @@ import reflex as rx
 
 from web_ui.layout import layout
 from web_ui.pages.schedule_detail import field_error, labelled_select, schedule_detail
-from web_ui.pages.schedules_state import ZONES, SchedulesState
+from web_ui.pages.schedules_state import CATCH_UPS, OVERLAPS, ZONES, SchedulesState
 from web_ui.state import AppState
 
 __all__ = ["SchedulesState", "schedules_page"]
@@ -62,7 +62,8 @@ def _form() -> rx.Component:
                                 SchedulesState.fire_times,
                                 lambda t: rx.el.li(
                                     rx.text(t["local"], size="2", as_="span"),
-                                    rx.text("  UTC ", t["utc"], size="1", color_scheme="gray", as_="span"),
+                                    rx.text("  ", t["utc"], size="1", color_scheme="gray", as_="span"),
+                                    rx.text("  ", t["marks"], size="1", color_scheme="orange", as_="span"),
                                 ),
                             ),
                             style={"margin": "0.25rem 0 0 1.25rem"},
@@ -76,9 +77,10 @@ def _form() -> rx.Component:
                         "command",
                         SchedulesState.s_command,
                         lambda v: SchedulesState.set_field("s_command", v),
-                        placeholder="./nightly.sh",
+                        placeholder=SchedulesState.s_command_hint,
                     ),
                     _input("Queue", "queue", SchedulesState.s_queue, lambda v: SchedulesState.set_field("s_queue", v)),
+                    _policies(),
                     rx.hstack(
                         rx.dialog.close(rx.button("Cancel", type="button", variant="soft", color_scheme="gray")),
                         rx.button("Save", type="submit", id="s-save"),
@@ -92,6 +94,65 @@ def _form() -> rx.Component:
         ),
         open=SchedulesState.form_open,
         on_open_change=SchedulesState.set_form_open,
+    )
+
+
+def _text(label: str, name: str, var: str, placeholder: str) -> rx.Component:
+    return _input(label, name, getattr(SchedulesState, var),
+                  lambda v: SchedulesState.set_field(var, v), placeholder=placeholder)  # fmt: skip
+
+
+def _policies() -> rx.Component:
+    """What happens around a fire time (docs/schedules.md); blank numbers: the defaults."""
+    return rx.vstack(
+        rx.text("Policies", size="2", weight="medium"),
+        rx.hstack(
+            labelled_select(
+                "When the last run still runs",
+                "s-overlap",
+                OVERLAPS,
+                SchedulesState.s_overlap,
+                SchedulesState.set_overlap,
+                _error("overlap"),
+            ),
+            labelled_select(
+                "Missed fire times",
+                "s-catch-up",
+                CATCH_UPS,
+                SchedulesState.s_catch_up,
+                SchedulesState.set_catch_up,
+                _error("catch_up"),
+            ),
+            width="100%",
+        ),
+        rx.hstack(
+            _text("Catch-up window (s)", "catch_up_window", "s_window", "3600"),
+            _text("Jitter (s)", "jitter", "s_jitter", "0"),
+            _text("Pause after failures", "pause_after_failures", "s_pause_after", "0: never"),
+            width="100%",
+        ),
+        rx.hstack(
+            _input(
+                "Skip these dates",
+                "exclude_dates",
+                SchedulesState.s_exclude_dates,
+                SchedulesState.set_exclude_dates,
+                placeholder="2026-12-25, 2027-01-01",
+                debounce_timeout=300,
+            ),
+            _input(
+                "Skip fire times matching cron",
+                "exclude_cron",
+                SchedulesState.s_exclude_cron,
+                SchedulesState.set_exclude_cron,
+                placeholder="* * * * 6,0",
+                debounce_timeout=300,
+            ),
+            width="100%",
+        ),
+        spacing="2",
+        width="100%",
+        id="s-policies",
     )
 
 

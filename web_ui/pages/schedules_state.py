@@ -19,11 +19,33 @@ from web_ui.state import AppState, page_state, set_editable
 ZONES = ("UTC", "Europe/Paris", "Europe/London", "Europe/Berlin", "America/New_York", "America/Chicago",
          "America/Los_Angeles", "America/Sao_Paulo", "Asia/Tokyo", "Asia/Kolkata", "Asia/Singapore",
          "Australia/Sydney")  # fmt: skip
-FORM_FIELDS = ("name", "cron", "timezone", "command", "queue")
+FORM_FIELDS = ("name", "cron", "timezone", "command", "queue", "overlap", "catch_up", "catch_up_window", "jitter",
+               "pause_after_failures", "exclude_dates", "exclude_cron")  # fmt: skip
+OVERLAPS = ("skip", "buffer_one", "buffer_all", "cancel_previous", "allow")
+CATCH_UPS = ("latest", "none", "all")
+# the form's policy text fields: (state var, API field, parse); a blank one means the default on create
+NUMBERS = (("s_window", "catch_up_window", float), ("s_jitter", "jitter", float),
+           ("s_pause_after", "pause_after_failures", int))  # fmt: skip
 BACKFILL_FIELDS = ("from", "to", "overlap")
 BACKFILL_OVERLAPS = ("buffer_all", "allow")
 HISTORY = 20  # runs shown in a schedule's details
 UPCOMING = 10  # fire times previewed there
+
+
+def _fire_time(t: dict[str, Any], zone: str) -> dict[str, str]:
+    """A previewed fire time for the form: its local day and time, the UTC time beside it when the
+    zone is not UTC, and its marks (excluded, a DST gap or repeat)."""
+    local = datetime.fromisoformat(str(t.get("local")))
+    utc = datetime.fromisoformat(str(t.get("utc")).replace("Z", "+00:00"))
+    marks = [str(m).replace("_", " ") for m in t.get("marks") or []]
+    return {"local": local.strftime("%a %Y-%m-%d %H:%M"),
+            "utc": "" if zone == "UTC" else utc.strftime("%H:%M UTC"),
+            "marks": f"({', '.join(marks)})" if marks else ""}  # fmt: skip
+
+
+def _number_text(v: Any) -> str:
+    """A policy number as the form shows it: 3600.0 -> '3600', None -> ''."""
+    return "" if v is None else f"{v:g}"
 
 
 def _duration(job: dict[str, Any]) -> str:
@@ -34,7 +56,7 @@ def _duration(job: dict[str, Any]) -> str:
     return f"{d:.2f}s" if d < 60 else f"{d / 60:.1f}m"
 
 
-@page_state("/schedules", editable=("s_name", "s_command", "s_queue"))
+@page_state("/schedules", editable=("s_name", "s_command", "s_queue", "s_window", "s_jitter", "s_pause_after"))
 class SchedulesState(AppState):
     """The Schedules page."""
 
@@ -49,8 +71,17 @@ class SchedulesState(AppState):
     s_timezone: str = "UTC"
     s_command: str = ""
     s_queue: str = "default"
+    s_command_hint: str = "./nightly.sh"
+    s_overlap: str = "skip"
+    s_catch_up: str = "latest"
+    s_window: str = ""
+    s_jitter: str = ""
+    s_pause_after: str = ""
+    s_exclude_dates: str = ""  # comma separated YYYY-MM-DD
+    s_exclude_cron: str = ""
+    _original: dict[str, Any] = {}  # the schedule being edited, as read: an edit sends only what changed
     errors: dict[str, str] = {}
-    fire_times: list[dict[str, str]] = []
+    fire_times: list[dict[str, str]] = []  # local, utc, marks
 
     async def fetch(self) -> None:
         self.schedules = [
@@ -194,16 +225,23 @@ class SchedulesState(AppState):
     # -- the form
 
     async def preview(self) -> None:
-        """The next five fire times of the cron field in the chosen zone, or the server's reason why not."""
-        self.errors = {k: v for k, v in self.errors.items() if k not in ("cron", "timezone")}
+        """The next five fire times of the cron field in the chosen zone, the exclusions applied
+        (an excluded one is marked), or the server's reason why not."""
+        fields = ("cron", "timezone", "exclude_dates", "exclude_cron")
+        self.errors = {k: v for k, v in self.errors.items() if k not in fields}
         if not self.s_cron.strip():
             self.fire_times = []
             return
+        timing: dict[str, Any] = {"cron": self.s_cron, "timezone": self.s_timezone}
+        if dates := self._exclude_dates():
+            timing["exclude_dates"] = dates
+        if self.s_exclude_cron.strip():
+            timing["exclude_cron"] = self.s_exclude_cron.strip()
         try:
-            got = await self.client().preview_timing({"cron": self.s_cron, "timezone": self.s_timezone}, n=5)
+            got = await self.client().preview_timing(timing, n=5)
         except InvalidInput as exc:
-            field = exc.field if exc.field in ("cron", "timezone") else "cron"
-            self.errors = {**self.errors, field: exc.message}
+            field = (exc.field or "").split("[")[0]
+            self.errors = {**self.errors, field if field in fields else "cron": exc.message}
             self.fire_times = []
             return
         except JobDeckError as exc:
@@ -213,8 +251,18 @@ class SchedulesState(AppState):
                 self.errors = {**self.errors, "cron": exc.message}
             self.fire_times = []
             return
-        self.fire_times = [{"local": str(t.get("local", "")), "utc": str(t.get("utc", ""))}
-                           for t in got.get("fire_times", [])]  # fmt: skip
+        self.fire_times = [_fire_time(t, self.s_timezone) for t in got.get("fire_times", [])]
+
+    def _exclude_dates(self) -> list[str]:
+        return [d for d in self.s_exclude_dates.replace(",", " ").split() if d]
+
+    async def set_exclude_dates(self, value: str) -> None:
+        self.s_exclude_dates = value
+        await self.preview()
+
+    async def set_exclude_cron(self, value: str) -> None:
+        self.s_exclude_cron = value
+        await self.preview()
 
     async def set_cron(self, value: str) -> None:
         self.s_cron = value
@@ -224,15 +272,35 @@ class SchedulesState(AppState):
         self.s_timezone = value
         await self.preview()
 
-    async def open_new(self) -> None:
-        self.editing, self.form_open, self.errors = 0, True, {}
-        self.s_name, self.s_command, self.s_cron, self.s_timezone, self.s_queue = (
-            "",
-            "",
-            "*/5 * * * *",
-            "UTC",
-            "default",
+    def set_overlap(self, value: str) -> None:
+        self.s_overlap = value
+
+    def set_catch_up(self, value: str) -> None:
+        self.s_catch_up = value
+
+    def _fill(self, s: dict[str, Any]) -> None:
+        """The form's fields from a schedule as the API shows it (defaults for a new one)."""
+        job = s.get("job") or {}
+        task = job.get("task") or {}
+        self.s_name, self.s_cron, self.s_timezone = s.get("name", ""), s.get("cron") or "", s.get("timezone") or "UTC"
+        self.s_command = shlex.join(task.get("argv") or []) or str(task.get("command") or "")
+        self.s_queue = str(job.get("queue") or "default")
+        kind = task.get("kind") if job else "workflow" if s.get("workflow") else None
+        self.s_command_hint = (
+            "./nightly.sh"
+            if kind in (None, "shell")
+            else (f"a {kind} task: kept as it is unless you type a command here")
         )
+        self.s_overlap, self.s_catch_up = str(s.get("overlap") or "skip"), str(s.get("catch_up") or "latest")
+        self.s_window, self.s_jitter, self.s_pause_after = (
+            _number_text(s.get(k)) for k in ("catch_up_window", "jitter", "pause_after_failures")
+        )
+        self.s_exclude_dates = ", ".join(s.get("exclude_dates") or [])
+        self.s_exclude_cron = str(s.get("exclude_cron") or "")
+
+    async def open_new(self) -> None:
+        self.editing, self.form_open, self.errors, self._original = 0, True, {}, {}
+        self._fill({"cron": "*/5 * * * *"})
         await self.preview()
 
     async def open_edit(self, schedule_id: str) -> Any:
@@ -240,19 +308,17 @@ class SchedulesState(AppState):
             s = await self.client().get_schedule(int(schedule_id))
         except JobDeckError as exc:
             return self.failed(exc)
-        job = s.get("job") or {}
-        task = job.get("task") or {}
-        self.editing, self.form_open, self.errors = int(schedule_id), True, {}
-        self.s_name, self.s_cron, self.s_timezone = s["name"], s.get("cron") or "", s.get("timezone") or "UTC"
-        self.s_command = shlex.join(task.get("argv") or []) or str(task.get("command") or "")
-        self.s_queue = str(job.get("queue") or "default")
+        self.editing, self.form_open, self.errors, self._original = int(schedule_id), True, {}, s
+        self._fill(s)
         await self.preview()
         return None
 
     def set_form_open(self, value: bool) -> None:
         self.form_open = value
 
-    async def save(self) -> Any:
+    def _body(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The schedule the form describes (for an edit: only the fields that differ from the
+        schedule as read), and the fields that cannot be read."""
         errors: dict[str, str] = {}
         if not self.s_name.strip():
             errors["name"] = "a name is needed"
@@ -260,22 +326,60 @@ class SchedulesState(AppState):
             argv = shlex.split(self.s_command)
         except ValueError as exc:
             argv, errors["command"] = [], f"cannot split the command: {exc}"
-        if not argv and "command" not in errors:
+        orig = self._original
+        templated = not self.editing or "workflow" not in orig or orig.get("job") is not None
+        was = self._original_command()
+        if not argv and "command" not in errors and templated and (not self.editing or self.s_command != was):
             errors["command"] = "a command is needed"
+        body: dict[str, Any] = {"name": self.s_name.strip(), "cron": self.s_cron, "timezone": self.s_timezone,
+                                "overlap": self.s_overlap, "catch_up": self.s_catch_up,
+                                "exclude_cron": self.s_exclude_cron.strip(),
+                                "exclude_dates": self._exclude_dates()}  # fmt: skip
+        for var, field, parse in NUMBERS:
+            text = str(getattr(self, var)).strip()
+            if text:
+                try:
+                    body[field] = parse(text)
+                except ValueError:
+                    errors[field] = f"{field}: a {'whole ' if parse is int else ''}number of " + (
+                        "runs" if parse is int else "seconds"
+                    )
+        if not self.editing:
+            body["job"] = {"queue": self.s_queue.strip() or "default", "task": {"kind": "shell", "argv": argv}}
+            if not body["exclude_cron"]:
+                del body["exclude_cron"]
+            return body, errors
+        changes = {k: v for k, v in body.items() if v != (orig.get(k) if k != "exclude_cron" else orig.get(k) or "")}
+        if not self.s_cron.strip() and not orig.get("cron"):  # an interval or one-time schedule keeps its timing
+            changes.pop("cron", None)
+        job = dict(orig.get("job") or {})
+        if not templated:  # a workflow schedule: the form edits its timing and policies, not its workflow
+            return changes, errors
+        if self.s_command != was or (self.s_queue.strip() or "default") != str(job.get("queue") or "default"):
+            if self.s_command != was:  # the task as typed; unchanged text keeps the task as it was (http, python...)
+                job["task"] = {"kind": "shell", "argv": argv}
+            job["queue"] = self.s_queue.strip() or "default"
+            changes["job"] = job
+        return changes, errors
+
+    def _original_command(self) -> str:
+        task = (self._original.get("job") or {}).get("task") or {}
+        return shlex.join(task.get("argv") or []) or str(task.get("command") or "")
+
+    async def save(self) -> Any:
+        body, errors = self._body()
         if errors:
             self.errors = errors
             return None
-        body: dict[str, Any] = {"name": self.s_name.strip(), "cron": self.s_cron, "timezone": self.s_timezone,
-                                "job": {"queue": self.s_queue.strip() or "default",
-                                        "task": {"kind": "shell", "argv": argv}}}  # fmt: skip
         client = self.client()
         try:
             if self.editing:
-                await client.update_schedule(self.editing, body)
+                if body:
+                    await client.update_schedule(self.editing, body)
             else:
                 await client.create_schedule(body)
         except InvalidInput as exc:
-            field = (exc.field or "").split(".")[-1]
+            field = (exc.field or "").split(".")[-1].split("[")[0]
             field = "command" if field in ("argv", "task", "job") else field
             self.errors = {field if field in FORM_FIELDS else "name": exc.message}
             return None
@@ -283,7 +387,7 @@ class SchedulesState(AppState):
             return self.failed(exc)
         self.form_open = False
         await self.fetch()
-        return rx.toast.success(f"schedule {body['name']} saved", duration=2000)
+        return rx.toast.success(f"schedule {self.s_name.strip()} saved", duration=2000)
 
     async def act(self, schedule_id: str, action: str) -> Any:
         client = self.client()
