@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+import pytest_asyncio
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -29,10 +30,19 @@ WS_MESSAGES = ("Event", "StreamControl", "FeedFilterMessage", "Register", "Welco
                "Result", "AgentError")  # fmt: skip
 
 
-@pytest.fixture(params=["open", "signed"])
-async def doc(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[bool, dict[str, Any], str]]:
+# One node of each kind for the whole module (two starts instead of one per test): the tests read the
+# document, and the few that post refused bodies or a body twice for its 409 do not depend on what
+# the others stored.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["open", "signed"])
+async def doc(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[bool, dict[str, Any], str]]:
     """(signed in?, /openapi.json, the node's URL) of a node without and with sign-in."""
     signed = request.param == "signed"
+    tmp_path: Path = tmp_path_factory.mktemp(f"openapi-{request.param}")
     settings = auth_settings(tmp_path, rate_limit_per_second=0) if signed else node_settings(tmp_path)
     node, url, task = await start_node(settings, local_agent=False)
     try:
