@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from core.store import _pg_flow as flow_sql
 from core.store import _pg_reads as reads
 from core.store import _pg_sql as sql
 from core.store._pg_statistics import stale_tables
@@ -50,6 +51,19 @@ NOW = time.time()
 QUERIES: list[tuple[str, str, tuple[Any, ...], str | tuple[str, ...]]] = [
     ("claim: next queued jobs, any queue", sql.CLAIM_ANY, ([], [], 512), "jobs_claim"),
     ("claim: next queued jobs of one (limited) queue", sql.CLAIM_QUEUE, ([], ["q3"], 10), "jobs_claim_queue"),
+    (
+        "claim: a fair queue's keys (skip scan) and shares",
+        flow_sql.SQL["fairness_key"][0],
+        ("q3", 10_000, True),
+        "jobs_claim_fair",
+    ),
+    # each key's next jobs from its own range; those without a key from the queue's first jobs, never jobs_claim
+    (
+        "claim: a fair queue's candidates",
+        flow_sql.SQL["fairness_key"][1],
+        ("q3", [], ["a", "b"], 4, ["q3"]),
+        "jobs_claim_queue",
+    ),
     ("promote: due scheduled and failed jobs", sql.PROMOTE_DUE, (NOW, 1000), "jobs_due"),
     ("promote: the next due time", sql.NEXT_DUE, (NOW, False), "jobs_due"),
     ("reaper: expired leases", sql.EXPIRED_LEASES, (NOW + 60, 1000), "jobs_lease"),
@@ -192,6 +206,8 @@ async def check_plans(conn: Any, queries: list[Any], statistics: str, report: li
         assert "Seq Scan on jobs" not in plan and "Seq Scan on events" not in plan, f"{title}: a full scan:\n{plan}"
         if uses_store_settings(title):
             assert "Sort" not in plan, f"{title} ({statistics} statistics): sorts what it reads:\n{plan}"
+            assert "JIT" not in plan, f"{title} ({statistics} statistics): compiled (250 ms a claim):\n{plan}"
+            assert not re.search(r"\bjobs_claim\b", plan) or title.startswith("claim: next queued jobs, any"), plan
 
 
 def test_statistics_are_stale_when_a_large_share_of_rows_changed_since_analyze() -> None:
