@@ -126,9 +126,7 @@ class Breaker:
                 return None
             self.probe_job = None
             if ok:
-                self.opened_at = self.retry_at = None
-                self.ok = self.failed = self.prev_ok = self.prev_failed = 0
-                self.win_start = now
+                self.close(now)
                 return "breaker.closed"
             self._open(now, s)
             return "breaker.opened"
@@ -142,6 +140,12 @@ class Breaker:
             self._open(now, s)
             return "breaker.opened"
         return None
+
+    def close(self, now: float) -> None:
+        """Closed, with an empty window: after a trial that succeeded, or an operator's reset."""
+        self.opened_at = self.retry_at = self.probe_job = None
+        self.ok = self.failed = self.prev_ok = self.prev_failed = 0
+        self.win_start = now
 
     def _open(self, now: float, s: BreakerSettings) -> None:
         self.opened_at = now

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from core.breaker import Breaker, BreakerSettings, breaker_key, held_until
+from core.errors import NotFound
 from core.flow import UNLIMITED
 from core.model import Change, Job, Policy, RunResult, decide_breaker_hold, decide_breaker_release, decide_finish
 from core.store.base import Decide
@@ -120,21 +121,35 @@ class BreakerGate:
         store = self.engine.store
         turns = await store.record_breaker_outcomes(outcomes, self._all_settings({q for q, *_ in outcomes}))  # type: ignore[attr-defined]
         for event, b, before in turns:
-            key = (b.queue, b.key)
             if event == "breaker.opened":
                 log.warning("circuit breaker opened for host %s in queue %r", b.key, b.queue)
-                self.open[key] = b
+                self.open[(b.queue, b.key)] = b
                 continue
             log.info("circuit breaker closed for host %s in queue %r", b.key, b.queue)
-            self.open.pop(key, None)
-            if before is None:
-                continue
-            waiting = await store.breaker_waiters(b.queue, before)  # type: ignore[attr-defined]
-            ids = [i for i, task in waiting if breaker_key(task) == b.key]
-            if ids:
-                await self.engine.change_many(ids, lambda job: decide_breaker_release(job, self.engine.clock(),
-                                                                                        self.engine.policy))  # fmt: skip
-                self.engine.wake()
+            await self._release(b, before)
+
+    async def reset(self, queue: str, host: str) -> Breaker:
+        """An operator closes a breaker at once (open, half open or closed: its window starts empty); the
+        jobs it held are released. NotFound if the queue has no breaker for that host."""
+        turn = await self.engine.store.reset_breaker(queue, host, self.settings(queue))  # type: ignore[attr-defined]
+        if turn is None:
+            raise NotFound(f"queue {queue!r} has no circuit breaker for host {host!r}", field="host")
+        _, b, before = turn
+        log.info("circuit breaker of host %s in queue %r reset by an operator", host, queue)
+        await self._release(b, before)
+        return b  # type: ignore[no-any-return]
+
+    async def _release(self, b: Breaker, before: float | None) -> None:
+        """A breaker closed: forget it, and queue the jobs it held until `before` (its trial time)."""
+        self.open.pop((b.queue, b.key), None)
+        if before is None:
+            return
+        waiting = await self.engine.store.breaker_waiters(b.queue, before)  # type: ignore[attr-defined]
+        ids = [i for i, task in waiting if breaker_key(task) == b.key]
+        if ids:
+            await self.engine.change_many(ids, lambda job: decide_breaker_release(job, self.engine.clock(),
+                                                                                    self.engine.policy))  # fmt: skip
+            self.engine.wake()
 
 
 def _fail_fast(job: Job, *, rr: RunResult, now: float, policy: Policy) -> Change:

@@ -8,6 +8,7 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, ParamSpec, Protocol
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -332,6 +333,10 @@ class JobDeckClient:
     async def breakers(self) -> list[Json]:
         """The circuit breakers of http tasks, per queue and host (closed ones too)."""
         return (await self._call("GET", "/v1/breakers"))["breakers"]  # type: ignore[no-any-return]
+
+    async def reset_breaker(self, queue: str, host: str) -> Json:
+        """Close a queue's circuit breaker for `host` now; the jobs it held are released. The breaker after."""
+        return await self._call("POST", f"/v1/queues/{queue}/breakers/{quote(host, safe='')}/reset")  # type: ignore[no-any-return]
 
     # -- schedules
 

@@ -80,6 +80,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PUT", "/v1/queues/{name}/concurrency"): Rule("queues.configure", "name"),
     ("PATCH", "/v1/queues/{name}"): Rule("queues.configure", "name"),
     ("GET", "/v1/breakers"): Rule("jobs.read"),
+    ("POST", "/v1/queues/{name}/breakers/{host}/reset"): Rule("breakers.reset", "name"),
     ("GET", "/v1/queues/{name}/keys"): Rule("jobs.read", "name"),
     # schedules
     ("POST", "/v1/schedules"): Rule("schedules.write"),

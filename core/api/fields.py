@@ -67,6 +67,8 @@ JobIdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="a job id")]
 ScheduleIdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="a schedule id")]
 WorkflowIdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="a workflow id")]
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME, description="a queue name")]
+HostPath = Annotated[str, Path(min_length=1, max_length=300, pattern=NO_NUL,
+                                description="the host (host[:port]) a circuit breaker guards")]  # fmt: skip
 AgentPath = Annotated[str, Path(min_length=1, max_length=200, pattern=NO_NUL, description="an agent's name")]
 Cursor = Annotated[int | None, Query(ge=0, le=ID_MAX, description="next_cursor of the previous page")]
 Seq = Annotated[int, Query(ge=0, le=ID_MAX, description="events after this sequence number")]

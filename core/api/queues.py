@@ -10,8 +10,8 @@ from fastapi import APIRouter, Depends, Request
 from core.api.access import principal_of
 from core.api.app import JSON
 from core.api.deps import Route, get_engine
-from core.api.fields import QueuePath
-from core.api.responses import BreakerList, KeyUsage, QueueList, QueueSettings
+from core.api.fields import HostPath, QueuePath
+from core.api.responses import BreakerList, BreakerView, KeyUsage, QueueList, QueueSettings
 from core.api.schemas import ConcurrencyChange, QueueChange
 from core.engine import Engine
 from core.errors import NotFound
@@ -72,3 +72,13 @@ async def list_breakers(engine: EngineDep, request: Request) -> JSON:
     found = await engine.store.list_breakers()  # type: ignore[attr-defined]
     views = [b.view(now, engine.breakers.settings(b.queue)) for b in found if p.sees(b.queue)]
     return JSON({"breakers": views})
+
+
+@router.post(
+    "/queues/{name}/breakers/{host}/reset",
+    summary="Close a queue's circuit breaker for one host now (its held jobs are released)",
+    response_model=BreakerView,
+)
+async def reset_breaker(name: QueuePath, host: HostPath, engine: EngineDep) -> JSON:
+    b = await engine.breakers.reset(name, host)
+    return JSON(b.view(engine.clock(), engine.breakers.settings(name)))

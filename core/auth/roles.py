@@ -1,8 +1,8 @@
 """Roles, actions and the principal: who is calling and what they may do.
 
 viewer reads and subscribes; operator also acts on jobs and schedules in their teams' queues
-(create, pause, resume, re-prioritise, cancel, retry) and pauses those queues; admin may do
-everything, in every queue: queue settings, agents, the audit log. Teams own queues by name
+(create, pause, resume, re-prioritise, cancel, retry), pauses those queues and resets their circuit
+breakers; admin may do everything, in every queue: queue settings, agents, the audit log. Teams own queues by name
 patterns (`team_queues`); a principal sees and acts on the queues its teams own.
 """
 
@@ -25,13 +25,14 @@ ACTIONS: dict[str, str] = {
     "schedules.write": "operator",
     "queues.pause": "operator",
     "queues.configure": "admin",
+    "breakers.reset": "operator",
     "agents.drain": "admin",
     "audit.read": "admin",
     "archive.read": "admin",
     "archive.restore": "admin",
     "notifications.manage": "admin",
 }
-QUEUE_SCOPED = frozenset({"jobs.read", "jobs.write", "schedules.write", "queues.pause"})
+QUEUE_SCOPED = frozenset({"jobs.read", "jobs.write", "schedules.write", "queues.pause", "breakers.reset"})
 
 
 @lru_cache(maxsize=4096)

@@ -57,6 +57,13 @@ def _apply(found: dict[tuple[str, str], Breaker], outcomes: Sequence[Outcome], s
     return list(touched.values()), turns
 
 
+def _reset(b: Breaker, now: float) -> Turn:
+    """An operator's reset: the breaker closed with an empty window (its turn, as a trial's success makes one)."""
+    before = b.retry_at
+    b.close(now)
+    return "breaker.closed", b, before
+
+
 def _emit(tx: Any, turns: list[Turn], settings: dict[str, BreakerSettings], now: float) -> None:
     for event, b, _ in turns:
         tx.emit(event, None, b.queue, {"breaker": b.view(now, settings.get(b.queue, BreakerSettings()))})
@@ -110,6 +117,26 @@ class SQLiteBreakers:
                 if row is not None:
                     out[(q, k)] = _breaker(row)
             return out
+
+        return await self._write(op)  # type: ignore[no-any-return]
+
+    async def reset_breaker(self, queue: str, key: str, settings: BreakerSettings) -> Turn | None:
+        """Close one breaker now, whatever its state (an operator's reset); None if there is no such breaker.
+        Its `breaker.closed` event (data: reset true) commits with it."""
+
+        def op(tx: Tx) -> Turn | None:
+            c, now = tx.conn, tx.now
+            row = c.execute(f"SELECT {_COLS} FROM breakers WHERE queue = ? AND key = ?", (queue, key)).fetchone()
+            if row is None:
+                return None
+            turn = _reset(_breaker(row), now)
+            c.execute(
+                f"INSERT INTO breakers ({_COLS}, updated_at) VALUES ({', '.join('?' * (len(BREAKER_COLUMNS) + 1))}) "
+                f"ON CONFLICT (queue, key) DO UPDATE SET {_SET}, updated_at = excluded.updated_at",
+                (*_values(turn[1]), now),
+            )
+            tx.emit(turn[0], None, queue, {"breaker": turn[1].view(now, settings), "reset": True})
+            return turn
 
         return await self._write(op)  # type: ignore[no-any-return]
 
@@ -189,6 +216,26 @@ class PostgresBreakers:
                 if row is not None:
                     out[(q, k)] = _breaker(tuple(row))
             return out
+
+        return await self._write(op)  # type: ignore[no-any-return]
+
+    async def reset_breaker(self, queue: str, key: str, settings: BreakerSettings) -> Turn | None:
+        """Close one breaker now, whatever its state (an operator's reset); None if there is no such breaker.
+        Its `breaker.closed` event (data: reset true) commits with it."""
+
+        async def op(tx: PgTx) -> Turn | None:
+            c, now = tx.conn, tx.now
+            row = await c.fetchrow(f"SELECT {_COLS} FROM breakers WHERE queue = $1 AND key = $2 FOR UPDATE", queue, key)
+            if row is None:
+                return None
+            turn = _reset(_breaker(tuple(row)), now)
+            await c.execute(
+                "UPDATE breakers SET opened_at = NULL, retry_at = NULL, probe_job = NULL, win_start = $3, ok = 0, "
+                "failed = 0, prev_ok = 0, prev_failed = 0, updated_at = $3 WHERE queue = $1 AND key = $2",
+                queue, key, now,
+            )  # fmt: skip
+            tx.emit(turn[0], None, queue, {"breaker": turn[1].view(now, settings), "reset": True})
+            return turn
 
         return await self._write(op)  # type: ignore[no-any-return]
 

@@ -150,3 +150,30 @@ async def test_in_fail_mode_an_open_breaker_fails_the_hosts_jobs_at_once_without
 
 async def _open(c: object, address: str) -> list[dict[str, object]]:
     return [b for b in await c.breakers() if b["host"] == address and b["state"] == "open"]  # type: ignore[attr-defined]
+
+
+async def test_a_reset_closes_an_open_breaker_and_its_held_jobs_run_at_once(running: RunningNode) -> None:
+    host = FlakyHost()
+    try:
+        c, task = running.client, {"kind": "http", "url": f"http://{host.address}/x"}
+        await c.submit({"task": NOOP, "queue": "calls", "delay": 3600})
+        await c.update_queue("calls", breaker_min_requests=2, breaker_reset=3600.0)  # no trial for an hour
+        for _ in range(2):
+            j = await c.submit({"task": task, "queue": "calls", "max_attempts": 1})
+            assert (await c.wait_for(j["id"], timeout=20))["state"] == "dead"
+        await until(lambda: _open(c, host.address), 10, "the breaker to open")
+        held = [(await c.submit({"task": task, "queue": "calls"}))["id"] for _ in range(3)]
+
+        async def all_held() -> bool:
+            jobs = [await c.get_job(i) for i in held]
+            return all(j["state"] == "scheduled" and "circuit open" in (j["waiting_for"] or "") for j in jobs)
+
+        await until(all_held, 10, "the jobs to be held by the open breaker")
+        host.failing = False
+        b = await c.reset_breaker("calls", host.address)
+        assert (b["state"], b["retry_at"], b["reason"]) == ("closed", None, None), b
+        for i in held:
+            assert (await c.wait_for(i, timeout=10))["state"] == "succeeded", "held until the trial in an hour"
+        assert [ok for _, ok in host.hits] == [True, True, False, False, False], host.hits
+    finally:
+        host.server.shutdown()

@@ -73,6 +73,11 @@ MATRIX: dict[tuple[str, str], tuple[Any, set[str]]] = {
     ),
     ("PATCH", "/v1/queues/{name}"): (lambda o: ("/v1/queues/payments", {"rate_limit": 5}), {A}),
     ("GET", "/v1/breakers"): (lambda o: ("/v1/breakers", None), {R, OP, A}),
+    # an operator resets the breakers of its teams' queues (no breaker here: a 404 past the check)
+    ("POST", "/v1/queues/{name}/breakers/{host}/reset"): (
+        lambda o: ("/v1/queues/payments/breakers/127.0.0.1:9/reset", None),
+        {OP, A},
+    ),
     ("GET", "/v1/queues/{name}/keys"): (lambda o: ("/v1/queues/payments/keys", None), {R, OP, A}),
     ("POST", "/v1/schedules"): (lambda o: ("/v1/schedules", SCHEDULE), {OP, A}),
     ("POST", "/v1/schedules/preview"): (lambda o: ("/v1/schedules/preview", {"cron": "*/5 * * * *"}), {R, OP, A}),

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from tests.api.test_bad_input import refused
 from tests.auth.principals import TOKENS, Deck
 from tests.auth.test_access import JOB
 from tests.conftest import ROOT
@@ -59,3 +60,31 @@ async def test_the_cli_shows_the_audit_log_to_admins_only(deck: Deck) -> None:
     assert (
         out.stdout.strip() == "operator (operator, signed in by token); teams: payments; queues: payments, payments-*"
     )
+
+
+async def test_a_breaker_reset_is_an_operators_in_its_queues_and_audited(deck: Deck) -> None:
+    from core.breaker import BreakerSettings
+
+    store = deck.node.engine.store
+    await store.record_breaker_outcomes([("payments", "10.0.0.9:80", i, False) for i in range(5)],
+                                        {"payments": BreakerSettings()})  # fmt: skip
+    await store.record_breaker_outcomes([("ml", "10.0.0.9:80", 9, False)] * 5, {"ml": BreakerSettings()})
+    async with deck.http("operator") as op, deck.http("viewer") as viewer, deck.http("admin") as admin:
+        path = "/v1/queues/payments/breakers/10.0.0.9:80/reset"
+        assert (await viewer.post(path)).status_code == 403
+        assert (await op.post("/v1/queues/ml/breakers/10.0.0.9:80/reset")).status_code == 403, "not its team's queue"
+        refused(await op.post("/v1/queues/payments/breakers/10.0.0.9:81/reset"), "host", "no circuit breaker",
+                status=404)  # fmt: skip
+        done = await op.post(path)
+        assert done.status_code == 200, done.text
+        assert (done.json()["state"], done.json()["times_opened"], done.json()["requests"]) == ("closed", 1, 0), (
+            done.json()
+        )
+        page = (await admin.get("/v1/audit", params={"action": "reset_breaker"})).json()
+    rows = [(e["actor"], e["target"], e["outcome"]) for e in reversed(page["entries"])]
+    assert rows == [("viewer", "queue:payments", "refused"), ("operator", "queue:ml", "refused"),
+                    ("operator", "queue:payments", "failed"), ("operator", "queue:payments", "ok")], rows  # fmt: skip
+    after = page["entries"][0]["after"][0]
+    assert (after["type"], after["data"]["reset"], after["data"]["breaker"]["host"]) == ("breaker.closed", True,
+                                                                                          "10.0.0.9:80"), after  # fmt: skip
+    assert [b.key for b in await store.list_breakers(open_only=True)] == ["10.0.0.9:80"], "ml's stays open"
