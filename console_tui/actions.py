@@ -109,6 +109,22 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("rate_limit", "L", "Rate limit", ("queues",), "queues.configure", help="jobs started per second"),
     ActionSpec("key_limit", "K", "Key limit", ("queues",), "queues.configure", help="jobs of one concurrency key"),
     ActionSpec(
+        "breaker_settings",
+        "B",
+        "Breakers",
+        ("queues",),
+        "queues.configure",
+        help="its circuit breakers' numbers: failure ratio, window, reset time, min requests, wait or fail",
+    ),
+    ActionSpec(
+        "reset_breaker",
+        "X",
+        "Reset breaker",
+        ("queues",),
+        "breakers.reset",
+        help="close one of its circuit breakers now; the jobs it held go",
+    ),
+    ActionSpec(
         "drain",
         "d",
         "Drain agent",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-QUEUE_SCOPED = frozenset({"jobs.write", "schedules.write", "queues.pause"})
+QUEUE_SCOPED = frozenset({"jobs.write", "schedules.write", "queues.pause", "breakers.reset"})
 
 
 @dataclass(frozen=True)

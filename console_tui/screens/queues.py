@@ -1,7 +1,7 @@
 """The Queues view: depth, running, throughput sparkline, paused, its limits (concurrency, rate, per key,
 fair share) and open circuit breakers; below the table, the highlighted queue's per-key usage (running
 jobs per concurrency key, waiting jobs per fairness key) and its breakers; pause, resume, change the
-limits."""
+limits and the breakers' numbers, reset a breaker."""
 
 from __future__ import annotations
 
@@ -53,6 +53,10 @@ class QueuesView(TableView):
         stats = await self.call(client.stats())
         self.relays = dict((stats or {}).get("relays") or {})
         self.breakers = await self.call(client.breakers()) or []
+        for item in items:  # on the item, so a breaker that opens or closes redraws its queue's row
+            item["breakers_open"] = sum(
+                1 for b in self.breakers if b["queue"] == item["name"] and b["state"] != "closed"
+            )
         q = self.current() or (items[0] if items else None)
         name = q["name"] if q else None
         self.usage = await self.call(client.queue_keys(name)) if name else None
@@ -121,7 +125,7 @@ class QueuesView(TableView):
             Text("-" if q.get("concurrency") is None else str(q["concurrency"]), justify="right"),
             Text(rate_cell(q), justify="right"),
             Text(key_cell(q), justify="right"),
-            breakers_cell(q["name"], self.breakers),
+            breakers_cell(q.get("breakers_open", 0)),
             Text(d.spark(series), style="cyan"),
             Text(d.number(series[-1] if series else 0), justify="right"),
         ]
@@ -212,6 +216,93 @@ class QueuesView(TableView):
                                               "jobs of one concurrency key running at once ('none': no limit)", submit,
                                               value=current))  # fmt: skip
 
+    async def action_breaker_settings(self) -> None:
+        q = self.current()
+        if q is None:
+            return
+        client = self.console.client
+
+        async def submit(text: str) -> Json:
+            return await client.update_queue(q["name"], **parse_breaker_settings(text))
+
+        self.console.push_screen(PromptScreen(f"Circuit breakers of queue {q['name']}",
+                                              "opens at RATIO of at least MIN requests failed within WINDOW s; a trial "
+                                              "after RESET s; while open its jobs wait or fail ('default': all "
+                                              "defaults)", submit, value=breaker_settings_text(q)))  # fmt: skip
+
+    async def action_reset_breaker(self) -> None:
+        q = self.current()
+        if q is None:
+            return
+        client = self.console.client
+        mine = [b for b in self.breakers if b["queue"] == q["name"]]
+        if not mine:
+            self.console.notify(f"queue {q['name']} has no circuit breaker yet", severity="warning")
+            return
+        shut = [b for b in mine if b["state"] != "closed"] or mine
+
+        async def submit(text: str) -> Json:
+            host = text.strip()
+            if not host:
+                raise ValueError("the host (host[:port]) whose breaker to close")
+            done = await client.reset_breaker(q["name"], host)
+            self.console.notify(f"breaker of {host} in queue {q['name']} closed; the jobs it held go now")
+            await self.reload()
+            return done
+
+        open_now = ", ".join(b["host"] for b in mine if b["state"] != "closed") or "none"
+        self.console.push_screen(PromptScreen(f"Reset a circuit breaker of queue {q['name']}",
+                                              f"the host whose breaker closes now, the jobs it held going at once "
+                                              f"(open now: {open_now})",
+                                              submit, value=shut[0]["host"]))  # fmt: skip
+
+
+#: the words of the breaker prompt -> the queue settings they set
+BREAKER_WORDS = {"ratio": "breaker_failure_ratio", "window": "breaker_window", "reset": "breaker_reset",
+                 "min": "breaker_min_requests", "mode": "breaker_mode"}  # fmt: skip
+
+
+def breaker_settings_text(q: Json) -> str:
+    """A queue's breaker numbers as the prompt takes them: 'ratio 0.5 window 10 reset 30 min 5 mode wait'
+    (the defaults where it sets none)."""
+    defaults = {"breaker_failure_ratio": 0.5, "breaker_window": 10.0, "breaker_reset": 30.0,
+                "breaker_min_requests": 5, "breaker_mode": "wait"}  # fmt: skip
+    parts = []
+    for word, field in BREAKER_WORDS.items():
+        value = q.get(field)
+        value = defaults[field] if value is None else value
+        parts.append(f"{word} {value:g}" if isinstance(value, float) else f"{word} {value}")
+    return " ".join(parts)
+
+
+def parse_breaker_settings(text: str) -> dict[str, Any]:
+    """'reset 60 mode fail' as the PATCH of a queue's breaker settings (only what it names); 'default'
+    sets every one back to the defaults. ValueError says what is wrong; the server checks the ranges."""
+    words = text.split()
+    if [w.lower() for w in words] in (["default"], ["defaults"]):
+        return dict.fromkeys(BREAKER_WORDS.values())
+    if not words or len(words) % 2:
+        raise ValueError("pairs of a name and a value: ratio 0.5 window 10 reset 30 min 5 mode wait")
+    changes: dict[str, Any] = {}
+    for word, value in zip(words[::2], words[1::2], strict=True):
+        field = BREAKER_WORDS.get(word.lower())
+        if field is None:
+            raise ValueError(f"{word!r} is none of {', '.join(BREAKER_WORDS)}")
+        if field == "breaker_mode":
+            changes[field] = value.lower()
+            continue
+        try:
+            number = float(value.removesuffix("%")) / (100 if value.endswith("%") else 1)
+        except ValueError:
+            raise ValueError(f"{word} {value!r}: not a number") from None
+        if field == "breaker_min_requests":
+            if not number.is_integer():
+                raise ValueError(f"min {value!r}: a whole number of requests")
+            changes[field] = int(number)
+        else:
+            changes[field] = number
+    return changes
+
 
 def rate_cell(q: Json) -> str:
     """A queue's rate limit as the table shows it: '10/s ×5' (burst 5), or '-'."""
@@ -227,9 +318,8 @@ def key_cell(q: Json) -> str:
     return limit + (" fair" if q.get("fair") else "")
 
 
-def breakers_cell(queue: str, breakers: list[Json]) -> Text:
+def breakers_cell(shut: int) -> Text:
     """How many of a queue's circuit breakers are open (or half open), or '-'."""
-    shut = [b for b in breakers if b["queue"] == queue and b["state"] != "closed"]
     if not shut:
         return Text("-", justify="right")
-    return Text(f"{len(shut)} open", style="bold red", justify="right")
+    return Text(f"{shut} open", style="bold red", justify="right")

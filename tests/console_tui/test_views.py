@@ -243,3 +243,56 @@ async def test_the_queues_view_shows_the_highlighted_queues_per_key_usage_and_it
     finally:
         host.server.shutdown()
         await api.bulk("cancel", ids=[j["id"] for j in jobs])
+
+
+async def test_a_queues_breaker_numbers_are_edited_and_an_open_breaker_reset_from_the_queues_view(
+    node: ServerProcess, api: JobDeckClient
+) -> None:
+    from tests.store.test_two_node_breakers import FlakyHost
+
+    host = FlakyHost()
+    try:
+        await api.submit(later("q", "brk-q"))
+        await api.update_queue("brk-q", breaker_min_requests=2, breaker_reset=3600.0)
+        for _ in range(2):
+            dead = await api.submit({"task": {"kind": "http", "url": f"http://{host.address}/"}, "queue": "brk-q",
+                                     "max_attempts": 1})  # fmt: skip
+            await api.wait_for(dead["id"], timeout=20)
+        async with console(node.url) as (app, pilot):
+            await pilot.press("2")
+            queues = view(app, "queues")
+            await select(queues, "brk-q")
+            await until(lambda: "1 open" in [str(c) for c in queues.table.get_row("brk-q")], 10, "the breaker open")
+            await pilot.press("B")
+            await until(lambda: isinstance(app.screen, PromptScreen), 3, "the breaker prompt")
+            field = app.screen.query_one("#value")
+            assert field.value == "ratio 0.5 window 10 reset 3600 min 2 mode wait", field.value
+
+            async def refused(text: str, words: str) -> None:
+                field.value = text
+                await pilot.press("enter")
+                await until(lambda: words in str(app.screen.query_one("#error").render()), 5, f"{words!r} shown")
+                assert isinstance(app.screen, PromptScreen), "a refused change keeps the prompt open"
+
+            await refused("ratio x", "ratio 'x': not a number")
+            await refused("speed 3", "'speed' is none of ratio, window, reset, min, mode")
+            await refused("ratio 1.5", "less than or equal to 1")  # the server's 422
+            await refused("mode later", "breaker_mode")
+            field.value = "ratio 40% window 20 reset 90 min 3 mode fail"
+            await pilot.press("enter")
+            await until(lambda: queues.items["brk-q"].get("breaker_mode") == "fail", 5, "the new numbers shown")
+            [q] = [q for q in await api.queues() if q["name"] == "brk-q"]
+            got = tuple(q[f"breaker_{k}"] for k in ("failure_ratio", "window", "reset", "min_requests", "mode"))
+            assert got == (0.4, 20.0, 90.0, 3, "fail"), q
+            await pilot.press("X")
+            await until(lambda: isinstance(app.screen, PromptScreen), 3, "the reset prompt")
+            assert app.screen.query_one("#value").value == host.address
+            assert f"open now: {host.address}" in str(app.screen.query_one("Label:last-of-type").render())
+            await pilot.press("enter")
+            await until(lambda: not isinstance(app.screen, PromptScreen), 5,
+                        lambda: f"the prompt to close: {app.screen.query_one('#error').render()}")  # fmt: skip
+            await until(lambda: str(queues.table.get_row("brk-q")[8]) == "-", 10, "the breaker closed in the table")
+            [b] = [b for b in await api.breakers() if b["queue"] == "brk-q"]
+            assert b["state"] == "closed", b
+    finally:
+        host.server.shutdown()
