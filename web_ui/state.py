@@ -25,6 +25,7 @@ ACTIONS = {
     "schedules.write": "change schedules",
     "queues.pause": "pause queues",
     "queues.configure": "configure queues",
+    "breakers.reset": "reset circuit breakers",
     "agents.drain": "drain agents",
     "audit.read": "read the audit log",
     "notifications.manage": "manage notifications",

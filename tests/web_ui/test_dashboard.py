@@ -284,6 +284,50 @@ def test_the_queues_page_shows_per_key_usage_and_circuit_breakers(open_page: Ope
         api(web, "bulk", "cancel", ids=[j["id"] for j in jobs])
 
 
+def test_a_queues_breaker_numbers_are_changed_and_an_open_breaker_reset_from_the_queues_page(
+    open_page: OpenPage, web: Dashboard
+) -> None:
+    from tests.store.test_two_node_breakers import FlakyHost
+
+    host = FlakyHost()
+    try:
+        api(web, "submit", {"task": {"kind": "shell", "argv": ["true"]}, "queue": "web-brk-q", "delay": 3600})
+        api(web, "update_queue", "web-brk-q", breaker_min_requests=2, breaker_reset=3600.0)
+        for _ in range(2):
+            dead = api(web, "submit", {"task": {"kind": "http", "url": f"http://{host.address}/"},
+                                       "queue": "web-brk-q", "max_attempts": 1})  # fmt: skip
+            api(web, "wait_for", dead["id"], timeout=20)
+        page = open_page("/queues")
+        page.locator("#queue-row-web-brk-q").get_by_role("button", name="Breakers").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog.locator("#reset-value")).to_have_value("3600")
+        expect(dialog.locator("#min-value")).to_have_value("2")
+        expect(dialog.locator("#ratio-value")).to_have_value("")
+        dialog.locator("#ratio-value").fill("1.5")
+        dialog.get_by_role("button", name="Save").click()
+        expect(page.locator("[data-sonner-toast]", has_text="breaker_failure_ratio")).to_be_visible()
+        expect(dialog).to_be_visible()  # a refused change keeps the dialog open
+        dialog.locator("#ratio-value").fill("0.4")
+        dialog.locator("#window-value").fill("20")
+        dialog.locator("#reset-value").fill("90")
+        dialog.locator("#mode-value").select_option("fail")
+        dialog.get_by_role("button", name="Save").click()
+        expect(page.locator("[data-sonner-toast]", has_text="breaker settings saved")).to_be_visible()
+        [q] = [q for q in api(web, "queues") if q["name"] == "web-brk-q"]
+        got = tuple(q[f"breaker_{k}"] for k in ("failure_ratio", "window", "reset", "min_requests", "mode"))
+        assert got == (0.4, 20.0, 90.0, 2, "fail"), q
+        breaker = page.locator(f'[id="breaker-row-web-brk-q-{host.address}"]')
+        expect(breaker).to_contain_text("open")
+        breaker.get_by_role("button", name="Reset").click()
+        expect(page.locator("[data-sonner-toast]", has_text=f"breaker of {host.address} in queue web-brk-q closed"))\
+            .to_be_visible()  # fmt: skip
+        expect(breaker).to_contain_text("closed")
+        [b] = [b for b in api(web, "breakers") if b["queue"] == "web-brk-q"]
+        assert b["state"] == "closed", b
+    finally:
+        host.server.shutdown()
+
+
 def test_run_now_queues_a_waiting_job_from_its_row_and_its_detail(open_page: OpenPage, web: Dashboard) -> None:
     api(
         web,

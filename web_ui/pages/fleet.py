@@ -12,8 +12,17 @@ from web_ui.hub import Change, touched
 from web_ui.layout import layout
 from web_ui.state import AppState, page_state, set_editable
 
+#: the breaker dialog's fields -> the queue settings they set, and how their text is read
+BREAKER_FIELDS = (("ratio_value", "breaker_failure_ratio", float), ("window_value", "breaker_window", float),
+                  ("reset_value", "breaker_reset", float), ("min_value", "breaker_min_requests", int))  # fmt: skip
 
-@page_state("/queues", editable=("limit_value", "rate_value", "burst_value", "key_value"))
+
+def _text(value: Any) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@page_state("/queues", editable=("limit_value", "rate_value", "burst_value", "key_value", *(f for f, _, _ in
+                                 BREAKER_FIELDS), "mode_value"))  # fmt: skip
 class QueuesState(AppState):
     """The Queues page."""
 
@@ -27,6 +36,12 @@ class QueuesState(AppState):
     burst_value: str = ""
     key_value: str = ""
     breakers: list[dict[str, str]] = []
+    breaker_queue: str = ""  # the queue whose breaker numbers the dialog edits
+    ratio_value: str = ""
+    window_value: str = ""
+    reset_value: str = ""
+    min_value: str = ""
+    mode_value: str = "default"
     keys_queue: str = ""  # the queue whose per-key usage is shown
     key_running: list[dict[str, str]] = []
     key_waiting: list[dict[str, str]] = []
@@ -38,7 +53,8 @@ class QueuesState(AppState):
             {"queue": b["queue"], "host": b["host"], "state": b["state"], "mode": b["mode"],
              "window": f"{b['requests']:g} sent, {b['failures']:g} failed in {b['settings']['window']:g} s"
              if b["state"] == "closed" else "nothing sent while open",
-             "opened": str(b["times_opened"]), "reason": b["reason"] or ""}
+             "opened": str(b["times_opened"]), "reason": b["reason"] or "",
+             "refuse_reset": self.may("breakers.reset", b["queue"])}
             for b in await client.breakers()
         ]  # fmt: skip
         if self.keys_queue:
@@ -58,6 +74,8 @@ class QueuesState(AppState):
                 "succeeded": str(counts.get("succeeded", 0)),
                 "refuse_pause": self.may("queues.pause", q["name"]),
                 "refuse_configure": self.may("queues.configure", q["name"]),
+                **{field: _text(q.get(setting)) for field, setting, _ in BREAKER_FIELDS},
+                "mode_value": q.get("breaker_mode") or "default",
             })  # fmt: skip
         self.queues = rows
 
@@ -126,6 +144,45 @@ class QueuesState(AppState):
         name, self.limit_queue = self.limit_queue, ""
         await self.fetch()
         return rx.toast.success(f"queue {name}: limits saved")
+
+    def edit_breakers(self, row: dict[str, str]) -> None:
+        self.breaker_queue = row["name"]
+        for field, _, _ in BREAKER_FIELDS:
+            setattr(self, field, row[field])
+        self.mode_value = row["mode_value"]
+
+    def close_breakers(self) -> None:
+        self.breaker_queue = ""
+
+    def set_mode(self, value: str) -> None:
+        self.mode_value = value
+
+    async def save_breakers(self) -> Any:
+        changes: dict[str, Any] = {"breaker_mode": None if self.mode_value == "default" else self.mode_value}
+        for field, setting, kind in BREAKER_FIELDS:
+            text = str(getattr(self, field)).strip()
+            try:
+                changes[setting] = kind(text) if text else None
+            except ValueError:
+                return rx.toast.error(f"{setting}: {text!r} is not a {'whole ' if kind is int else ''}number "
+                                      "(empty: the default)", duration=6000)  # fmt: skip
+        try:
+            await self.client().update_queue(self.breaker_queue, **changes)
+        except JobDeckError as exc:
+            if exc.field and exc.field not in exc.message:
+                exc.message = f"{exc.field}: {exc.message}"
+            return self.failed(exc)
+        name, self.breaker_queue = self.breaker_queue, ""
+        await self.fetch()
+        return rx.toast.success(f"queue {name}: breaker settings saved")
+
+    async def reset_breaker(self, queue: str, host: str) -> Any:
+        try:
+            await self.client().reset_breaker(queue, host)
+        except JobDeckError as exc:
+            return self.failed(exc)
+        await self.fetch()
+        return rx.toast.success(f"breaker of {host} in queue {queue} closed: its held jobs go now")
 
 
 @page_state("/agents")
@@ -220,6 +277,15 @@ def _queue_row(q: Any) -> rx.Component:
                     title=q["refuse_configure"],
                 ),
                 rx.button(
+                    "Breakers",
+                    size="1",
+                    variant="soft",
+                    on_click=QueuesState.edit_breakers(q),  # type: ignore[arg-type]
+                    disabled=q["refuse_configure"] != "",
+                    title=rx.cond(q["refuse_configure"] != "", q["refuse_configure"], "its circuit breakers' numbers"),
+                    class_name="queue-breakers-button",
+                ),
+                rx.button(
                     "Keys",
                     size="1",
                     variant="soft",
@@ -243,57 +309,68 @@ def _limit_input(label: str, id_: str, value: Any, field: str) -> tuple[rx.Compo
     )  # fmt: skip
 
 
-def _limit_dialog() -> rx.Component:
+def _queue_dialog(title: str, queue: Any, fields: list[rx.Component], close: Any, save: Any) -> rx.Component:
+    """A queue's settings dialog: its fields, Cancel and Save (open while `queue` is not "")."""
     return rx.dialog.root(
         rx.dialog.content(
-            rx.dialog.title("Limits of queue ", QueuesState.limit_queue),
+            rx.dialog.title(title, queue),
             rx.form(
                 rx.vstack(
-                    rx.el.label("Running jobs at most (empty: no limit)", html_for="limit-value"),
-                    rx.input(
-                        value=QueuesState.limit_value,
-                        id="limit-value",
-                        type="number",
-                        auto_focus=True,
-                        on_change=lambda v: QueuesState.set_field("limit_value", v),
-                    ),
-                    *_limit_input(
-                        "Jobs started per second, over every node (empty: no rate limit)",
-                        "rate-value",
-                        QueuesState.rate_value,
-                        "rate_value",
-                    ),
-                    *_limit_input(
-                        "Burst: starts allowed at once (empty: a tenth of a second's worth)",
-                        "burst-value",
-                        QueuesState.burst_value,
-                        "burst_value",
-                    ),
-                    *_limit_input(
-                        "Jobs of one concurrency key at once (empty: no limit)",
-                        "key-value",
-                        QueuesState.key_value,
-                        "key_value",
-                    ),
+                    *fields,
                     rx.hstack(
-                        rx.button(
-                            "Cancel",
-                            type="button",
-                            variant="soft",
-                            color_scheme="gray",
-                            on_click=QueuesState.close_limit,
-                        ),
+                        rx.button("Cancel", type="button", variant="soft", color_scheme="gray", on_click=close),
                         rx.button("Save", type="submit"),
                         justify="end",
                         width="100%",
                     ),
                 ),
-                on_submit=lambda _: QueuesState.save_limit(),
+                on_submit=lambda _: save(),
             ),
         ),
-        open=QueuesState.limit_queue != "",
-        on_open_change=lambda _: QueuesState.close_limit(),
+        open=queue != "",
+        on_open_change=lambda _: close(),
     )
+
+
+def _limit_dialog() -> rx.Component:
+    fields = [
+        rx.el.label("Running jobs at most (empty: no limit)", html_for="limit-value"),
+        rx.input(value=QueuesState.limit_value, id="limit-value", type="number", auto_focus=True,
+                 on_change=lambda v: QueuesState.set_field("limit_value", v)),
+        *_limit_input("Jobs started per second, over every node (empty: no rate limit)", "rate-value",
+                      QueuesState.rate_value, "rate_value"),
+        *_limit_input("Burst: starts allowed at once (empty: a tenth of a second's worth)", "burst-value",
+                      QueuesState.burst_value, "burst_value"),
+        *_limit_input("Jobs of one concurrency key at once (empty: no limit)", "key-value", QueuesState.key_value,
+                      "key_value"),
+    ]  # fmt: skip
+    return _queue_dialog("Limits of queue ", QueuesState.limit_queue, fields, QueuesState.close_limit,
+                         QueuesState.save_limit)  # fmt: skip
+
+
+def _breaker_dialog() -> rx.Component:
+    inputs = (("Failure ratio that opens a breaker, 0-1 (empty: 0.5)", "ratio-value", QueuesState.ratio_value,
+               "ratio_value"),
+              ("Window: seconds of requests it judges (empty: 10)", "window-value", QueuesState.window_value,
+               "window_value"),
+              ("Reset: seconds open before one trial request (empty: 30)", "reset-value", QueuesState.reset_value,
+               "reset_value"),
+              ("Fewest requests in the window that can open it (empty: 5)", "min-value", QueuesState.min_value,
+               "min_value"))  # fmt: skip
+    fields = [
+        *(c for args in inputs for c in _limit_input(*args)),
+        rx.el.label("While a breaker is open, its http jobs", html_for="mode-value"),
+        rx.el.select(
+            rx.el.option("wait (the default)", value="default"),
+            rx.el.option("wait: held, no attempt used", value="wait"),
+            rx.el.option("fail at once (their backoff applies)", value="fail"),
+            value=QueuesState.mode_value,
+            id="mode-value",
+            on_change=QueuesState.set_mode,
+        ),
+    ]
+    return _queue_dialog("Circuit breakers of queue ", QueuesState.breaker_queue, fields, QueuesState.close_breakers,
+                         QueuesState.save_breakers)  # fmt: skip
 
 
 def queues_page() -> rx.Component:
@@ -323,7 +400,7 @@ def queues_page() -> rx.Component:
                     rx.table.row(
                         *(
                             rx.table.column_header_cell(h)
-                            for h in ("Queue", "Host", "State", "Mode", "Window", "Opened", "Why")
+                            for h in ("Queue", "Host", "State", "Mode", "Window", "Opened", "Why", "")
                         )
                     )
                 ),
@@ -334,6 +411,7 @@ def queues_page() -> rx.Component:
             rx.text("No breakers yet.", size="2", id="no-breakers"),
         ),
         _limit_dialog(),
+        _breaker_dialog(),
     )
 
 
@@ -352,6 +430,18 @@ def _breaker_row(b: Any) -> rx.Component:
         rx.table.cell(b["window"]),
         rx.table.cell(b["opened"]),
         rx.table.cell(rx.text(b["reason"], size="1")),
+        rx.table.cell(
+            rx.button(
+                "Reset",
+                size="1",
+                variant="soft",
+                color_scheme="red",
+                on_click=QueuesState.reset_breaker(b["queue"], b["host"]),
+                disabled=b["refuse_reset"] != "",
+                title=rx.cond(b["refuse_reset"] != "", b["refuse_reset"], "close it now: the jobs it held go"),
+                class_name="breaker-reset",
+            )
+        ),
         id="breaker-row-" + b["queue"] + "-" + b["host"],
     )
 
