@@ -3,10 +3,10 @@
 The archive is the cold tier: one gzip-compressed JSON Lines file per day of finish
 (`jobs-2026-11-01.jsonl.gz` in `archive_dir`), one record per job with its attempts and output
 (core/store/archive.py). Each round takes a small batch (oldest first), appends it to the day's
-file and syncs it to disk, and only then purges the batch from the store, in a transaction of its
-own, with a pause before the next batch: the store's one writer is never held for long. That
-transaction also records the files the batch went to (the store's archive_files: node, folder, file,
-jobs, ids), so any node lists every node's files (`listing`). A crash
+file and syncs it to disk, and only then purges the batch from the store, in write operations of
+about 10 ms each (core/store/archive.py PURGE_SLICE), with a pause before the next batch: the store's
+one writer is never held for long. The first of them also records the files the batch went to (the
+store's archive_files: node, folder, file, jobs, ids), so any node lists every node's files (`listing`). A crash
 between the append and the purge archives those jobs again next round; a restore skips ids the
 store has, so the duplicate is harmless.
 
