@@ -208,6 +208,10 @@ def test_queues_breaker_sets_a_queues_breaker_numbers_and_breakers_lists_them(jo
     assert "opens at 50% failed of at least 8" in back.stdout and "its jobs wait unsent" in back.stdout, back.stdout
     listed = jobdeck(jobdeck_process, "breakers")
     assert listed.returncode == 0 and "no circuit breakers yet" in listed.stdout, listed
+    missing = jobdeck(jobdeck_process, "breakers", "reset", "hooks-q", "10.0.0.9:80")
+    assert missing.returncode != 0 and "queue 'hooks-q' has no circuit breaker for host '10.0.0.9:80'" in (
+        missing.stderr
+    ), missing
 
 
 def test_submit_unique_answers_with_the_job_holding_the_key(jobdeck_process: ServerProcess) -> None:

@@ -276,9 +276,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reset", help="seconds it stays open before a trial request (default 30)")
     s.add_argument("--min-requests", help="fewer requests than this never open it (default 5)")
 
-    sub.add_parser("breakers", help="the circuit breakers of http jobs: open, half open, closed").set_defaults(
-        run=cmd_breakers
-    )
+    brk = sub.add_parser("breakers", help="the circuit breakers of http jobs: open, half open, closed")
+    brk.set_defaults(run=cmd_breakers)
+    bs = brk.add_subparsers(dest="breaker_action", metavar="ACTION")
+    bs.add_parser("ls", help="list every breaker (the default)")
+    s = bs.add_parser("reset", help="close a queue's breaker for one host now; the jobs it held go at once",
+                      description="Close the circuit breaker of QUEUE's http jobs for HOST at once, whatever its "
+                      "state, with an empty window (operators of the queue's teams and admins; audited). Use it "
+                      "when the host is known to be well again, rather than waiting for the trial request.")  # fmt: skip
+    s.add_argument("queue")
+    s.add_argument("host", help="host[:port], as `breakers` lists it")
 
     sched = sub.add_parser("schedules", help="recurring and one-time schedules")
     sched.set_defaults(run=cmd_schedules)

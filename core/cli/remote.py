@@ -276,6 +276,10 @@ async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
 
 
 async def cmd_breakers(c: JobDeckClient, args: argparse.Namespace) -> int:
+    if getattr(args, "breaker_action", None) == "reset":
+        b = await c.reset_breaker(args.queue, args.host)
+        show(args, b, lambda b: f"breaker of {b['host']} in queue {b['queue']}: {b['state']}; the jobs it held go now")
+        return 0
     show(args, await c.breakers(), breakers_text)
     return 0
 
