@@ -46,6 +46,9 @@ class Settings:
     # long before a fire time its schedules are planned (0: planned when due)
     schedule_fire_batch: int = 500
     schedule_prepare_seconds: float = 3.0
+    # Runs of fire times this close are written ahead, claimable at their fire time with no write
+    # then (core/engine.py _write_ahead); 0: every run is written when its fire time comes
+    schedule_lead_seconds: float = 5.0
     # Events
     event_retention_hours: float = 24.0
     # Limits

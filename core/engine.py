@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import heapq
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ from core.model import (
     decide_resume,
     decide_retry,
     decide_run_now,
+    iso,
     utcnow,
 )
 from core.obs.metrics import NodeMetrics, NoMetrics
@@ -105,6 +107,8 @@ class Engine:
         self._wake_schedules = asyncio.Event()
         self._prepared: dict[int, Firing] = {}  # schedule id -> its next firing, planned ahead
         self._prepared_for: float | None = None  # the fire time last planned ahead
+        self._ahead_until = 0.0  # fire times up to this were looked at for writing ahead (_write_ahead)
+        self._due_runs: list[float] = []  # heap: run_at of queued runs written ahead, for the dispatcher's timer
         self.next_promote_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self.started_at = self.clock()
@@ -220,8 +224,11 @@ class Engine:
         return wf
 
     def _after_submit(self, jobs: Any) -> None:
+        now = self.clock()
         for j in jobs:
-            if j.state == "queued":
+            if j.state == "queued" and j.run_at > now:  # written ahead: claimable at its run_at
+                self._claim_at(j.run_at)
+            elif j.state == "queued":
                 self._wake_dispatch.set()
             elif j.state == "scheduled" and j.run_at < self.next_promote_at:
                 self._wake_promote.set()
@@ -322,6 +329,9 @@ class Engine:
         now = self.clock()
         await self.breakers.refresh()
         out = {j.id: self.breakers.reason(j, now) or self.hub.waiting_for(j) for j in jobs}
+        for j in jobs:
+            if j.state == "queued" and j.run_at > now:  # a schedule's run written ahead of its fire time
+                out[j.id] = f"written ahead of its fire time: it may start at {iso(j.run_at)}"
         held = {j.queue for j in jobs if out[j.id] is None and j.state == "queued"
                 and self.queue_settings.get(j.queue, UNLIMITED).held}  # fmt: skip
         reasons = {}
@@ -486,10 +496,48 @@ class Engine:
     async def _fire(self, firings: list[Firing], now: float) -> None:
         # catch-up (which due times run) was planned; overlap (what runs beside what) is the store's
         results = await self.store.fire_schedules([self._traced(f) for f in firings])
+        committed = self.clock()
         for f, fired in zip(firings, results, strict=True):
             if fired is not None:
                 self._after_submit(fired.jobs)
-                self.metrics.schedule_fired(len(fired.jobs), [now - t for t in f.plan.fire_times], f.plan.missed_count)
+                # late by the time its run became claimable: committed, and its fire time come
+                late = [max(committed, t) - t if f.ahead else now - t for t in f.plan.fire_times]
+                self.metrics.schedule_fired(len(fired.jobs), late, f.plan.missed_count)
+
+    async def _write_ahead(self) -> None:
+        """Write the runs of the fire times in (now, now + schedule_lead_seconds] before they come, as
+        queued jobs whose run_at is the fire time (+ its jitter): they become claimable then with no
+        write at the fire time, however many there are. The store writes a schedule's run only if its
+        overlap outcome is already decided (schedule_runs.may_write_ahead) and moves its next fire time in
+        the same transaction (another node, or this one after a restart, does not write it again); the
+        others, and once or workflow schedules, fire when due. Each fire time is looked at once here:
+        a schedule made or edited closer to its fire time than the lead fires when due."""
+        lead = self.settings.schedule_lead_seconds
+        now = self.clock()
+        low, horizon = max(self._ahead_until, now), now + lead
+        if lead <= 0 or horizon <= low:
+            return
+        due = await self.store.due_schedules(horizon, FIRE_PREPARE_MAX, after=low)
+        self._ahead_until = due[-1].next_fire_at or horizon if len(due) == FIRE_PREPARE_MAX else horizon
+        batch = max(1, self.settings.schedule_fire_batch)
+        ahead = [s for s in due if s.kind != "once" and "workflow" not in s.job and s.next_fire_at is not None]
+        for i in range(0, len(ahead), batch):
+            now = self.clock()
+            firings = []
+            for s in ahead[i : i + batch]:
+                t = s.next_fire_at
+                assert t is not None
+                if t > now:  # not come yet meanwhile (else it fires when due, with the catch-up policy)
+                    firings.append(Firing(s, plan_fires(s, t), self._job_maker(s, now), ahead=True))
+            if firings:
+                await self._fire(firings, now)
+
+    def _claim_at(self, run_at: float) -> None:
+        """Have the dispatcher claim at `run_at` (a run written ahead becomes claimable then)."""
+        if not self._due_runs or run_at not in (self._due_runs[0], self._due_runs[-1]):
+            heapq.heappush(self._due_runs, run_at)
+            if self._due_runs[0] == run_at and run_at - self.clock() < SAFETY_POLL:
+                self._wake_dispatch.set()  # perhaps sooner than the dispatcher's timer: it sets a new one
 
     # ------------------------------------------------------------ agents
 
@@ -506,7 +554,12 @@ class Engine:
             if self._next_room_at is not None:  # a rate limit refills its bucket then: claim again
                 timeout = min(SAFETY_POLL, max(0.0, self._next_room_at - self.clock()))
                 self._next_room_at = None
+            if self._due_runs:  # runs written ahead become claimable at their run_at
+                timeout = min(timeout, max(0.0, self._due_runs[0] - self.clock()))
             await self._wait(self._wake_dispatch, timeout)
+            now = self.clock()
+            while self._due_runs and self._due_runs[0] <= now:
+                heapq.heappop(self._due_runs)
             while True:
                 await self._gather_free_slots()
                 try:
@@ -634,12 +687,19 @@ class Engine:
                 if moved:
                     log.warning("schedules: %d buffered run(s) moved by the sweep (a release was missed, or their "
                                 "schedule is gone)", moved)  # fmt: skip
+            await self._write_ahead()
             nxt = await self.store.next_schedule_at()
+            wake = nxt
+            if self.settings.schedule_lead_seconds > 0:  # the next fire time not looked at yet, a lead before it
+                later = await self.store.next_schedule_at(after=self._ahead_until)
+                if later is not None:
+                    later -= self.settings.schedule_lead_seconds
+                    wake = later if wake is None else min(wake, later)
             ahead = self.settings.schedule_prepare_seconds
             if nxt is not None and ahead > 0 and nxt - self.clock() <= ahead and nxt != self._prepared_for:
                 self._prepared_for = nxt  # once per fire time: a schedule made later is planned when due
                 await self._prepare_firings(nxt)
-            delay = SAFETY_POLL if nxt is None else min(SAFETY_POLL, max(0.0, nxt - self.clock()))
+            delay = SAFETY_POLL if wake is None else min(SAFETY_POLL, max(0.0, wake - self.clock()))
             await self._wait(self._wake_schedules, delay)
 
     async def _prune_loop(self) -> None:
@@ -687,9 +747,12 @@ class Engine:
             await self.hub.send_cancel(job["agent"], job["id"], job["attempt"])
         elif t in ("job.created", "job.queued", "job.failed", "job.scheduled"):
             job = orjson.loads(e.body)["data"]["job"]
-            if job["state"] == "queued":
+            run_at = datetime.fromisoformat(job["run_at"]).timestamp()
+            if job["state"] == "queued" and run_at > self.clock():  # written ahead (perhaps by another node)
+                self._claim_at(run_at)
+            elif job["state"] == "queued":
                 self._wake_dispatch.set()
-            elif datetime.fromisoformat(job["run_at"]).timestamp() < self.next_promote_at:
+            elif run_at < self.next_promote_at:
                 self._wake_promote.set()
         elif t in FINISHED and self.queue_settings.get(e.queue or "", UNLIMITED).concurrency is not None:
             self._wake_dispatch.set()  # a slot of a limited queue came free (perhaps on another node)

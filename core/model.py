@@ -348,7 +348,10 @@ def decide_promote(job: Job, now: float, policy: Policy) -> Change:
 
 def decide_run_now(job: Job, now: float, policy: Policy) -> Change:
     """A job waiting for its time (a delay, a fire time's jitter, a retry's backoff) is queued now,
-    keeping its priority."""
+    keeping its priority. A schedule's run written ahead (queued, its fire time to come) is claimable now."""
+    if job.state == S.QUEUED and job.run_at > now:
+        return Change({"run_at": now, "updated_at": now, **_enqueue_fields(job, now, policy)}, "job.queued",
+                      {"from": job.state})  # fmt: skip
     if job.state not in (S.SCHEDULED, S.FAILED):
         hint = {S.PAUSED: " (resume it first)", S.BLOCKED: " (it waits for an earlier run of its schedule)",
                 S.QUEUED: " (it is queued already)"}.get(JobState(job.state), "")  # fmt: skip

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 _FAIR, _KEY = "fairness_key", "concurrency_key"
 _LABELS = "(labels = '' OR string_to_array(labels, ',') <@ $2::text[])"
+# $6: now. A schedule's run written ahead waits for its run_at (see _pg_sql._CLAIMABLE).
+_DUE = "(fire_time IS NULL OR run_at <= $6)"
 
 
 def _keys_sql(col: str) -> str:
@@ -61,13 +63,14 @@ def _heads_sql(col: str) -> str:
     # job for each key; as a range, jobs_claim_fair is the only plan that needs no sort.
     heads = (f"h AS (SELECT j.* FROM unnest($3::text[]) AS k(key) CROSS JOIN LATERAL ({SELECT_JOB} "
              f"WHERE state = 'queued' AND {col} IS NOT NULL AND queue = $1 AND {col} >= k.key AND {col} <= k.key "
-             f"AND {_LABELS} ORDER BY {col}, sort_key, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS j)")  # fmt: skip
+             f"AND {_DUE} AND {_LABELS} ORDER BY {col}, sort_key, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS j)")  # fmt: skip
     # Jobs without a key among the queue's first NULL_WINDOW queued jobs (its claim index, in order: `= ANY`
     # of a one-queue array keeps jobs_claim_queue the only sort-free plan, see CLAIM_QUEUE), each then read and
     # locked by its row address in that order (a TID scan: no index for the planner to get wrong). An ORDER
     # BY over the window's rows let the planner walk jobs_claim instead: every queued job of every queue.
     window = (f"w AS MATERIALIZED (SELECT t FROM (SELECT ctid AS t, {col} AS key FROM jobs WHERE state = 'queued' "
-              f"AND queue = ANY($5::text[]) ORDER BY queue, sort_key, id LIMIT {NULL_WINDOW}) AS f WHERE key IS NULL)")  # fmt: skip
+              f"AND queue = ANY($5::text[]) AND {_DUE} ORDER BY queue, sort_key, id LIMIT {NULL_WINDOW}) AS f "
+              "WHERE key IS NULL)")  # fmt: skip
     unkeyed = (f"u AS (SELECT j.* FROM w CROSS JOIN LATERAL ({SELECT_JOB} WHERE ctid = w.t "
                f"AND {col} IS NULL AND state = 'queued' AND {_LABELS} FOR UPDATE SKIP LOCKED) AS j LIMIT $4)")  # fmt: skip
     return f"WITH {heads}, {window}, {unkeyed} SELECT * FROM h UNION ALL SELECT * FROM u"
@@ -90,11 +93,11 @@ RECORD = (
 
 
 async def _walk(c: Conn, queue: str, limits: QueueLimits, running: dict[str, int], offered: list[str],
-                room: int) -> KeyedClaim | None:  # fmt: skip
+                room: int, now: float) -> KeyedClaim | None:  # fmt: skip
     """A per-key limit without fair rotation: the queue's next `room` jobs in claim order (as an unlimited
     claim takes them), less those of full keys. None if that left room while more jobs wait: then each
     key's head is read instead (the rows read here stay this claim's until it commits)."""
-    rows = await c.fetch(CLAIM_QUEUE, offered, [queue], room)
+    rows = await c.fetch(CLAIM_QUEUE, offered, [queue], room, now)
     counts, picked, kept = dict(running), [], []
     for r in rows:
         ck = r["concurrency_key"]
@@ -118,7 +121,7 @@ async def pick_rows(c: Conn, queue: str, limits: QueueLimits, vtime: float, offe
     running: dict[str, int] = {}
     if limits.key_concurrency is not None:
         running = {r[0]: int(r[1]) for r in await c.fetch(RUNNING_BY_KEY, queue)}
-    if not limits.fair and (walked := await _walk(c, queue, limits, running, offered, room)) is not None:
+    if not limits.fair and (walked := await _walk(c, queue, limits, running, offered, room, now)) is not None:
         return walked
     shares: dict[str, Share] = {}
     found = []
@@ -131,7 +134,7 @@ async def pick_rows(c: Conn, queue: str, limits: QueueLimits, vtime: float, offe
     keys, per = keys_to_read(found, limits, running, rotation, room)
     by_key: dict[str | None, list[tuple[int, float, int, str | None, str | None]]] = {}
     whole: dict[int, asyncpg.Record] = {}
-    for r in await c.fetch(heads_sql, queue, offered, keys, per, [queue]):
+    for r in await c.fetch(heads_sql, queue, offered, keys, per, [queue], now):
         by_key.setdefault(r[col], []).append((r["id"], r["sort_key"], r["priority"], r[_FAIR], r[_KEY]))
         whole[r["id"]] = r
     claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now, aging=aging)

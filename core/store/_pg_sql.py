@@ -108,7 +108,12 @@ NEXT_JOB_IDS = "SELECT nextval($1::regclass) FROM generate_series(1, $2)"
 # another node's claim holds: two claimers never wait for each other nor take the same job.
 # $1: the agent's labels as 'k=v' strings; a job needing labels goes only to an agent with all.
 # Paused and limited queues (as committed now) are left to the per-queue claims below.
-_CLAIMABLE = "state = 'queued' AND (labels = '' OR string_to_array(labels, ',') <@ $1::text[])"
+# $4: now. A schedule's run written ahead is queued with its fire time as run_at: claimable from then on
+# (only schedule runs are compared: a node whose clock lags another's still takes a job submitted there at once).
+_CLAIMABLE = (
+    "state = 'queued' AND (fire_time IS NULL OR run_at <= $4) "
+    "AND (labels = '' OR string_to_array(labels, ',') <@ $1::text[])"
+)
 # Held queues are those whose claims must count first (core.flow.QueueLimits.held).
 _HELD = "paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_concurrency IS NOT NULL OR fair"
 _NOT_HELD = f"queue NOT IN (SELECT name FROM queues WHERE {_HELD})"
@@ -198,6 +203,15 @@ LOCK_FIRING_STATE = (
 FIRE_TIMES_TAKEN = (
     "SELECT j.schedule_id, j.fire_time FROM unnest($1::bigint[], $2::float8[]) AS w(sid, ft) "
     "JOIN jobs j ON j.schedule_id = w.sid AND j.fire_time = w.ft"
+)
+#: A schedule's runs written ahead that no claim can have taken yet (schedule_runs.WRITTEN_AHEAD_SQL), locked.
+LOCK_WRITTEN_AHEAD = (
+    f"{SELECT_JOB} WHERE schedule_id = $1 AND state = 'queued' AND run_at > $2 AND fire_time IS NOT NULL "
+    "ORDER BY id FOR UPDATE"
+)
+FORGET_WRITTEN_AHEAD = (
+    "UPDATE schedules SET fired = greatest(0, fired - $2), last_fire_at = (SELECT max(fire_time) FROM jobs "
+    "WHERE schedule_id = $1 AND fire_time IS NOT NULL) WHERE id = $1"
 )
 FIRED_UPDATE = (  # values: core.store.schedule_runs.fire_update
     "UPDATE schedules SET next_fire_at = $1, last_fire_at = greatest(last_fire_at, $2), fired = fired + $3, "

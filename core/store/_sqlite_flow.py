@@ -46,6 +46,7 @@ _KEYS = """WITH RECURSIVE k(key) AS (
 _HEADS = ("SELECT " + ", ".join(f"j.{c}" for c in CANDIDATE_COLUMNS.split(", ")) + ", k.value "
           "FROM json_each(?3) AS k JOIN jobs AS j ON j.id IN (SELECT h.id FROM jobs AS h INDEXED BY {index} "
           "WHERE h.state = 'queued' AND h.{col} IS NOT NULL AND h.queue = ?1 AND h.{col} = k.value "
+          "AND (h.fire_time IS NULL OR h.run_at <= ?5) "
           "AND (h.labels = '' OR jobdeck_labels_ok(h.labels, ?2)) ORDER BY h.sort_key, h.id LIMIT ?4)")  # fmt: skip
 
 
@@ -57,14 +58,15 @@ def _positions(select_job: str) -> tuple[int, ...]:
 
 
 def _walk(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueLimits, running: dict[str, int],
-          labels: str, room: int) -> KeyedClaim | None:  # fmt: skip
+          labels: str, room: int, now: float) -> KeyedClaim | None:  # fmt: skip
     """A per-key limit without fair rotation: walk the queue in claim order (its claim index, as an
     unlimited claim does), skipping jobs whose key is full, and stop at `room` picks. None if keys at
     their limit hold more than WALK_PAST of the first jobs: then each key's head is read instead, so a
     key with 100,000 waiting is never walked past."""
     limit, at = limits.key_concurrency, _positions(select_job)
     cur = c.execute(f"{select_job} INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? "
-                    "AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id", (queue, labels))  # fmt: skip
+                    "AND (fire_time IS NULL OR run_at <= ?) AND (labels = '' OR jobdeck_labels_ok(labels, ?)) "
+                    "ORDER BY sort_key, id", (queue, now, labels))  # fmt: skip
     counts, picked, rows, skipped = dict(running), [], [], 0
     try:
         for r in cur:
@@ -95,7 +97,7 @@ def pick_rows(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueL
         running = dict(c.execute(
             "SELECT concurrency_key, count(*) FROM jobs INDEXED BY jobs_running_key WHERE state = 'running' "
             "AND concurrency_key IS NOT NULL AND queue = ? GROUP BY concurrency_key", (queue,)))  # fmt: skip
-    if not limits.fair and (walked := _walk(c, select_job, queue, limits, running, labels, room)) is not None:
+    if not limits.fair and (walked := _walk(c, select_job, queue, limits, running, labels, room, now)) is not None:
         return walked
     rotation = Rotation(vtime, {})
     if limits.fair:
@@ -105,13 +107,14 @@ def pick_rows(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueL
     keys, per = keys_to_read(found, limits, running, rotation, room)
     by_key: dict[str | None, list[Sequence[Any]]] = {}
     if keys:  # one statement: each key's next `per` jobs, from its own range of the index
-        for r in c.execute(_HEADS.format(col=col, index=index), (queue, labels, orjson.dumps(keys).decode(), per)):
+        for r in c.execute(_HEADS.format(col=col, index=index), (queue, labels, orjson.dumps(keys).decode(), per, now)):
             by_key.setdefault(r[-1], []).append(r[:-1])
     unkeyed = (f"SELECT {CANDIDATE_COLUMNS} FROM jobs WHERE id IN (SELECT id FROM (SELECT id, {col} FROM jobs "
-               f"INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? ORDER BY sort_key, id "
+               f"INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? AND (fire_time IS NULL OR run_at <= ?) "
+               "ORDER BY sort_key, id "
                f"LIMIT {NULL_WINDOW}) WHERE {col} IS NULL) AND (labels = '' OR jobdeck_labels_ok(labels, ?)) "
                "ORDER BY sort_key, id LIMIT ?")  # fmt: skip
-    if got := c.execute(unkeyed, (queue, labels, per)).fetchall():
+    if got := c.execute(unkeyed, (queue, now, labels, per)).fetchall():
         by_key[None] = got
     claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now, aging=aging)
     ids = [p.id for p in claim.picked]

@@ -76,9 +76,11 @@ from core.store.schedule_runs import (
     ended_runs,
     fire_update,
     jobs_to_make,
+    may_write_ahead,
     needs_active_runs,
     still_due,
     with_reason,
+    withdrawn_reason,
 )
 from core.store.slo import PostgresSLO
 from core.workflow import (
@@ -540,6 +542,8 @@ class PostgresStore(
             if cols:
                 sets = ", ".join(f"{k} = ${i}" for i, k in enumerate(cols, 2))
                 await c.execute(f"UPDATE schedules SET {sets} WHERE id = $1", sid, *cols.values())
+            if cols.get("paused"):
+                await self._withdraw_ahead(tx, sid, "paused after failed runs")
             job_id = run_to_release([Run(*r) for r in await c.fetch(sql.ACTIVE_RUNS, sid)])
             if job_id is None:
                 continue
@@ -651,16 +655,16 @@ class PostgresStore(
             await c.execute(sql.INDEX_ORDER_ONLY)
             try:
                 if req.queues is None:
-                    rows = await c.fetch(sql.CLAIM_ANY, offered, skip, req.limit)
+                    rows = await c.fetch(sql.CLAIM_ANY, offered, skip, req.limit, now)
                 elif allowed := sorted(req.queues - set(skip)):
-                    rows = await c.fetch(sql.CLAIM_IN, offered, allowed, req.limit)
+                    rows = await c.fetch(sql.CLAIM_IN, offered, allowed, req.limit, now)
                 for q, room in rooms.items():
                     if room > 0 and q in by_key:
                         limits, vtime = by_key[q]
                         aging = self.policy.aging_seconds_per_priority
                         keyed.append(await flow_sql.pick_rows(c, q, limits, vtime, offered, room, now, aging))
                     elif room > 0:
-                        rows += await c.fetch(sql.CLAIM_QUEUE, offered, [q], room)
+                        rows += await c.fetch(sql.CLAIM_QUEUE, offered, [q], room, now)
             finally:
                 await c.execute(sql.INDEX_ORDER_ONLY_END)
             if keyed:  # picks keep their rotation's order in the merge (core.flow.merge_keys)
@@ -840,9 +844,12 @@ class PostgresStore(
 
         async def op(tx: PgTx) -> Schedule:
             values = dict(zip(sql.SCHEDULE_COLUMNS[1:], sql.schedule_row(s), strict=True))
+            await tx.conn.fetch(sql.LOCK_ACTIVE_RUNS, s.id)  # as a firing locks: its runs, then its row
             if names and await tx.conn.execute(sql.update_schedule_sql(names), *(values[c] for c in names),
                                                s.id) == "UPDATE 0":  # fmt: skip
                 raise NotFound(f"no schedule with id {s.id}", field="id")
+            # paused or edited (cron, zone, task, policy): its runs written ahead are not its runs any more
+            await self._withdraw_ahead(tx, s.id, "paused" if event == "schedule.paused" else "edited")
             row = await tx.conn.fetchrow(f"{sql.SELECT_SCHEDULE} WHERE id = $1", s.id)
             if row is None:
                 raise NotFound(f"no schedule with id {s.id}", field="id")
@@ -861,11 +868,29 @@ class PostgresStore(
             await c.fetch(sql.LOCK_ACTIVE_RUNS, schedule_id)
             if await c.fetchval("SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE", schedule_id) is None:
                 raise NotFound(f"no schedule with id {schedule_id}", field="id")
+            await self._withdraw_ahead(tx, schedule_id, "deleted")
             held = await self._cancel_buffered(tx, schedule_id)  # read after the row lock: a firing's are in
             await c.execute("DELETE FROM schedules WHERE id = $1", schedule_id)
             tx.emit("schedule.deleted", None, None, {"schedule_id": schedule_id, "cancelled": held})
 
         await self._write(op)
+
+    async def _withdraw_ahead(self, tx: PgTx, schedule_id: int, why: str) -> list[float]:
+        """Cancel the runs the schedule wrote ahead that no claim can have taken (their run_at is still
+        to come), each with the reason; their fire times are free again (fire_time cleared: the loop
+        decides them anew when due) and the schedule's counters forget them. Returns those fire times."""
+        c = tx.conn
+        locked = {j.id: j for j in sql.to_jobs(await c.fetch(sql.LOCK_WRITTEN_AHEAD, schedule_id, tx.now))}
+        if not locked:
+            return []
+        times = [float(j.fire_time) for j in locked.values() if j.fire_time is not None]
+        applier = JobChanges(tx)
+        apply_decisions(locked, dict.fromkeys(locked, lambda j: with_reason(
+            self._cancel(j), withdrawn_reason(schedule_id, why, j.fire_time))), applier.apply)  # fmt: skip
+        await applier.flush()
+        await c.execute("UPDATE jobs SET fire_time = NULL WHERE id = ANY($1::bigint[])", sorted(locked))
+        await c.execute(sql.FORGET_WRITTEN_AHEAD, schedule_id, len(locked))
+        return times
 
     async def _cancel_buffered(self, tx: PgTx, schedule_id: int) -> list[int]:
         locked = {j.id: j for j in sql.to_jobs(await tx.conn.fetch(sql.LOCK_BUFFERED_RUNS, schedule_id))}
@@ -901,14 +926,18 @@ class PostgresStore(
             moved += await self._write(op)
         return moved
 
-    async def due_schedules(self, now: float, limit: int = 1000) -> list[Schedule]:
-        """Unpaused schedules whose next fire time has come (by `now`), soonest first."""
-        query = f"{sql.SELECT_SCHEDULE} WHERE NOT paused AND next_fire_at <= $1 ORDER BY next_fire_at, id LIMIT $2"
-        return [sql.to_schedule(r) for r in await self._fetch(query, now, limit)]
+    async def due_schedules(self, now: float, limit: int = 1000, after: float | None = None) -> list[Schedule]:
+        """Unpaused schedules whose next fire time has come (by `now`; and is past `after`), soonest first."""
+        query = (f"{sql.SELECT_SCHEDULE} WHERE NOT paused AND next_fire_at <= $1 AND next_fire_at > $3 "
+                 "ORDER BY next_fire_at, id LIMIT $2")  # fmt: skip
+        low = float("-inf") if after is None else after
+        return [sql.to_schedule(r) for r in await self._fetch(query, now, limit, low)]
 
-    async def next_schedule_at(self) -> float | None:
-        """The earliest next fire time of an unpaused schedule."""
-        value = await self._fetchval("SELECT min(next_fire_at) FROM schedules WHERE NOT paused")
+    async def next_schedule_at(self, after: float | None = None) -> float | None:
+        """The earliest next fire time of an unpaused schedule (past `after`)."""
+        low = float("-inf") if after is None else after
+        value = await self._fetchval("SELECT min(next_fire_at) FROM schedules WHERE NOT paused AND next_fire_at > $1",
+                                     low)  # fmt: skip
         return None if value is None else float(value)
 
     async def fire_schedule(self, s: Schedule, plan: FirePlan | None, make_job: MakeJob) -> FireResult | None:
@@ -920,8 +949,14 @@ class PostgresStore(
 
         async def op(tx: PgTx) -> FireResult:
             c = tx.conn
+            if s.policy.overlap != "allow":
+                await c.fetch(sql.LOCK_ACTIVE_RUNS, s.id)  # as a firing locks: its runs, then its row
             if await c.fetchval("SELECT 1 FROM schedules WHERE id = $1 FOR UPDATE", s.id) is None:
                 raise NotFound(f"no schedule with id {s.id}", field="id")
+            # its run written ahead was decided before this one: it is decided again when due
+            if s.policy.overlap != "allow" and (withdrawn := await self._withdraw_ahead(tx, s.id, "run by hand")):
+                await c.execute("UPDATE schedules SET next_fire_at = $1 WHERE id = $2 AND NOT paused",
+                                min(withdrawn), s.id)  # fmt: skip
             job = make_job(None)
             job.schedule_id, job.fire_time = s.id, None
             await self._insert_runs(tx, s, [job])
@@ -948,7 +983,8 @@ class PostgresStore(
                 active.setdefault(r[0], []).append(Run(r[1], r[2], r[3]))
             rows = await c.fetch(sql.LOCK_FIRING_STATE, sorted({f.schedule.id for f in firings}))
             state = {r[0]: (r[1], r[2], r[3]) for r in rows}
-            live = [(i, f) for i, f in enumerate(firings) if still_due(f, state.get(f.schedule.id))]
+            live = [(i, f) for i, f in enumerate(firings) if still_due(f, state.get(f.schedule.id))
+                    and may_write_ahead(f, active.get(f.schedule.id, []))]  # fmt: skip
             pairs = [(f.schedule.id, t) for _, f in live for t in f.plan.fire_times]
             taken = await c.fetch(sql.FIRE_TIMES_TAKEN, [p[0] for p in pairs], [p[1] for p in pairs]) if pairs else []
             known = {(int(r[0]), float(r[1])) for r in taken}

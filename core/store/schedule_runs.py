@@ -68,6 +68,7 @@ class Firing:
     schedule: Schedule
     plan: FirePlan
     make_job: MakeJob
+    ahead: bool = False  # written before its fire time (see written_ahead): claimable at its run_at, no write then
 
 
 def still_due(f: Firing, row: tuple[Any, ...] | None) -> bool:
@@ -85,9 +86,34 @@ def needs_active_runs(f: Firing) -> bool:
 
 
 def decide_firing(f: Firing, active: list[Run], known: set[float]) -> FireResult:
-    """The overlap decision of one due schedule and the jobs it makes (not yet stored)."""
+    """The overlap decision of one due schedule and the jobs it makes (not yet stored). A firing
+    written ahead makes its runs `queued` with their fire time (+ jitter) as run_at: every claim
+    takes only jobs whose run_at has come, so the run becomes claimable then without a write."""
     decision, jobs = jobs_to_make(f.schedule, f.plan.fire_times, active, known, f.make_job)
+    if f.ahead:
+        for j in jobs:
+            if j.state == "scheduled":
+                j.state = "queued"
     return FireResult(jobs, decision, f.plan)
+
+
+def may_write_ahead(f: Firing, active: list[Run]) -> bool:
+    """Whether a fire time still to come may be decided now. Overlap policies decide at the fire
+    time, so only when the outcome cannot change by then: `allow` always, the others when no run of
+    the schedule waits or runs (then none starts before the fire time but this one: a run by hand
+    meanwhile withdraws it, see withdrawn_reason). Otherwise the loop fires it when due, as ever."""
+    return not f.ahead or not needs_active_runs(f) or not active
+
+
+#: The runs a schedule wrote ahead that no claim can have taken yet (queued, run_at still to come).
+WRITTEN_AHEAD_SQL = ("SELECT id, fire_time FROM jobs WHERE schedule_id = ? AND state = 'queued' AND run_at > ? "
+                     "AND fire_time IS NOT NULL ORDER BY id")  # fmt: skip
+
+
+def withdrawn_reason(schedule_id: int, why: str, fire_time: float | None) -> str:
+    """Why a run written ahead was cancelled before its fire time (the job.cancelled event says it)."""
+    at = iso(fire_time) if fire_time is not None else "?"
+    return f"schedule {schedule_id} was {why} before the fire time {at}: the run written ahead for it is withdrawn"
 
 
 def fire_update(f: Firing, r: FireResult) -> tuple[Any, ...]:
@@ -107,7 +133,8 @@ def emit_fire_events(tx: Outbox, s: Schedule, plan: FirePlan, decision: FireDeci
     queue = s.job.get("queue") or "default"
     for j in made:
         tx.emit("schedule.fired", j.id, j.queue,
-                {"schedule_id": s.id, "fire_time": j.fire_time, "buffered": j.state == "blocked"})  # fmt: skip
+                {"schedule_id": s.id, "fire_time": j.fire_time, "buffered": j.state == "blocked",
+                 "ahead": j.state == "queued" and j.run_at > j.created_at})  # fmt: skip
     if decision.skip:
         tx.emit("schedule.skipped", None, queue, {
             "schedule_id": s.id, "overlap": s.policy.overlap, "count": len(decision.skip),

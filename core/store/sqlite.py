@@ -72,6 +72,7 @@ from core.store.relay_cursors import SQLiteRelayCursors
 from core.store.schedule_runs import (
     ACTIVE_SQL,
     RUN_STATE_SQL,
+    WRITTEN_AHEAD_SQL,
     BackfillResult,
     FireResult,
     Firing,
@@ -85,9 +86,11 @@ from core.store.schedule_runs import (
     ended_runs,
     fire_update,
     jobs_to_make,
+    may_write_ahead,
     needs_active_runs,
     still_due,
     with_reason,
+    withdrawn_reason,
 )
 from core.store.slo import SQLiteSLO
 from core.workflow import (
@@ -151,7 +154,7 @@ _FIRED_UPDATE = (  # values: core.store.schedule_runs.fire_update
 # jobs once a second for the promoter; every queued job in a temp b-tree for a claim). INDEXED BY
 # fails loudly if the index could not serve the query (tests/store/test_plans.py reads the plans).
 CLAIM_QUEUE = (
-    f"{_SELECT_JOB} INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? "
+    f"{_SELECT_JOB} INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? AND (fire_time IS NULL OR run_at <= ?) "
     "AND (labels = '' OR jobdeck_labels_ok(labels, ?)) ORDER BY sort_key, id LIMIT ?"
 )
 # Every queue, with its rate bucket (a claim walks each takeable one; core/flow.py spends the bucket).
@@ -852,6 +855,8 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             if cols:
                 sets = ", ".join(k + " = ?" for k in cols)
                 c.execute(f"UPDATE schedules SET {sets} WHERE id = ?", (*map(_sqlite_value, cols.values()), sid))
+            if cols.get("paused"):
+                self._withdraw_ahead(tx, sid, "paused after failed runs")
             job_id = run_to_release([Run(*r) for r in c.execute(_ACTIVE_RUNS, (sid,))])
             if job_id is not None:
                 self._start_buffered(tx, s, job_id)
@@ -907,7 +912,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                 if room <= 0:
                     continue
                 if kc is None and not fair:
-                    walks.append(c.execute(CLAIM_QUEUE, (queue, labels, room)))
+                    walks.append(c.execute(CLAIM_QUEUE, (queue, now, labels, room)))
                     continue
                 limits = QueueLimits(key_concurrency=kc, fairness_weights=_loads(weights), fair=bool(fair))
                 aging = self.policy.aging_seconds_per_priority
@@ -1107,6 +1112,8 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             if names and c.execute(f"UPDATE schedules SET {', '.join(n + ' = ?' for n in names)} WHERE id = ?",
                                    (*(values[n] for n in names), s.id)).rowcount == 0:  # fmt: skip
                 raise NotFound(f"no schedule with id {s.id}", field="id")
+            # paused or edited (cron, zone, task, policy): its runs written ahead are not its runs any more
+            self._withdraw_ahead(tx, s.id, "paused" if event == "schedule.paused" else "edited")
             row = c.execute(f"{_SELECT_SCHEDULE} WHERE id = ?", (s.id,)).fetchone()
             if row is None:
                 raise NotFound(f"no schedule with id {s.id}", field="id")
@@ -1123,10 +1130,29 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         def op(tx: Tx) -> None:
             if tx.conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,)).rowcount == 0:
                 raise NotFound(f"no schedule with id {schedule_id}", field="id")
+            self._withdraw_ahead(tx, schedule_id, "deleted")
             held = self._cancel_buffered(tx, schedule_id)
             tx.emit("schedule.deleted", None, None, {"schedule_id": schedule_id, "cancelled": held})
 
         await self._write(op)
+
+    def _withdraw_ahead(self, tx: Tx, schedule_id: int, why: str) -> list[float]:
+        """Cancel the runs the schedule wrote ahead that no claim can have taken (their run_at is still
+        to come), each with the reason; their fire times are free again (fire_time cleared: the loop
+        decides them anew when due) and the schedule's counters forget them. Returns those fire times."""
+        c = tx.conn
+        rows = c.execute(WRITTEN_AHEAD_SQL, (schedule_id, tx.now)).fetchall()
+        if not rows:
+            return []
+        ids = [r[0] for r in rows]
+        applier = _Applier(tx)
+        apply_decisions(_load_jobs(c, ids), dict.fromkeys(ids, lambda j: with_reason(
+            self._cancel(j), withdrawn_reason(schedule_id, why, j.fire_time))), applier.apply)  # fmt: skip
+        applier.flush()
+        _in_chunks(c, "UPDATE jobs SET fire_time = NULL WHERE id IN ({})", ids)
+        c.execute("UPDATE schedules SET fired = max(0, fired - ?1), last_fire_at = (SELECT max(fire_time) FROM jobs "
+                  "WHERE schedule_id = ?2 AND fire_time IS NOT NULL) WHERE id = ?2", (len(ids), schedule_id))  # fmt: skip
+        return [float(r[1]) for r in rows]
 
     def _cancel_buffered(self, tx: Tx, schedule_id: int) -> list[int]:
         held = [r[0] for r in tx.conn.execute(_BUFFERED_RUNS, (schedule_id,))]
@@ -1159,15 +1185,18 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
 
         return await self._write(op)
 
-    async def due_schedules(self, now: float, limit: int = 1000) -> list[Schedule]:
-        """Unpaused schedules whose next fire time has come (by `now`), soonest first."""
-        sql = f"{_SELECT_SCHEDULE} WHERE paused = 0 AND next_fire_at <= ? ORDER BY next_fire_at, id LIMIT ?"
-        return await self._read(lambda c: [_schedule(r) for r in c.execute(sql, (now, limit))])
+    async def due_schedules(self, now: float, limit: int = 1000, after: float | None = None) -> list[Schedule]:
+        """Unpaused schedules whose next fire time has come (by `now`; and is past `after`), soonest first."""
+        sql = (f"{_SELECT_SCHEDULE} WHERE paused = 0 AND next_fire_at <= ? AND next_fire_at > ? "
+               "ORDER BY next_fire_at, id LIMIT ?")  # fmt: skip
+        low = float("-inf") if after is None else after
+        return await self._read(lambda c: [_schedule(r) for r in c.execute(sql, (now, low, limit))])
 
-    async def next_schedule_at(self) -> float | None:
-        """The earliest next fire time of an unpaused schedule."""
-        sql = "SELECT min(next_fire_at) FROM schedules WHERE paused = 0"
-        return await self._read(lambda c: c.execute(sql).fetchone()[0])
+    async def next_schedule_at(self, after: float | None = None) -> float | None:
+        """The earliest next fire time of an unpaused schedule (past `after`)."""
+        sql = "SELECT min(next_fire_at) FROM schedules WHERE paused = 0 AND next_fire_at > ?"
+        low = float("-inf") if after is None else after
+        return await self._read(lambda c: c.execute(sql, (low,)).fetchone()[0])
 
     async def fire_schedule(self, s: Schedule, plan: FirePlan | None, make_job: MakeJob) -> FireResult | None:
         """Fire the due times of `plan` under the schedule's overlap policy, each fire time at most once
@@ -1180,6 +1209,9 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             c = tx.conn
             if c.execute("SELECT 1 FROM schedules WHERE id = ?", (s.id,)).fetchone() is None:
                 raise NotFound(f"no schedule with id {s.id}", field="id")
+            # its run written ahead was decided before this one: it is decided again when due
+            if s.policy.overlap != "allow" and (withdrawn := self._withdraw_ahead(tx, s.id, "run by hand")):
+                c.execute("UPDATE schedules SET next_fire_at = ? WHERE id = ? AND NOT paused", (min(withdrawn), s.id))
             job = make_job(None)
             job.schedule_id, job.fire_time = s.id, None
             self._insert_runs(tx, s, [job])
@@ -1201,6 +1233,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             active: dict[int, list[Run]] = {}
             for sid, *run in _in_chunks(c, _ACTIVE_RUNS_OF, [f.schedule.id for _, f in live if needs_active_runs(f)]):
                 active.setdefault(sid, []).append(Run(*run))
+            live = [(i, f) for i, f in live if may_write_ahead(f, active.get(f.schedule.id, []))]
             known = _fire_times_taken(c, [(f.schedule.id, t) for _, f in live for t in f.plan.fire_times])
             fired = [(i, f, decide_firing(f, active.get(f.schedule.id, []),
                                           {t for t in f.plan.fire_times if (f.schedule.id, t) in known}))

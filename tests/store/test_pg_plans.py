@@ -49,8 +49,8 @@ ANALYZE;
 NOW = time.time()
 # (what, query, arguments, the index (or one of the indexes) its plan must use)
 QUERIES: list[tuple[str, str, tuple[Any, ...], str | tuple[str, ...]]] = [
-    ("claim: next queued jobs, any queue", sql.CLAIM_ANY, ([], [], 512), "jobs_claim"),
-    ("claim: next queued jobs of one (limited) queue", sql.CLAIM_QUEUE, ([], ["q3"], 10), "jobs_claim_queue"),
+    ("claim: next queued jobs, any queue", sql.CLAIM_ANY, ([], [], 512, NOW), "jobs_claim"),
+    ("claim: next queued jobs of one (limited) queue", sql.CLAIM_QUEUE, ([], ["q3"], 10, NOW), "jobs_claim_queue"),
     (
         "claim: a fair queue's keys (skip scan) and shares",
         flow_sql.SQL["fairness_key"][0],
@@ -61,7 +61,7 @@ QUERIES: list[tuple[str, str, tuple[Any, ...], str | tuple[str, ...]]] = [
     (
         "claim: a fair queue's candidates",
         flow_sql.SQL["fairness_key"][1],
-        ("q3", [], ["a", "b"], 4, ["q3"]),
+        ("q3", [], ["a", "b"], 4, ["q3"], NOW),
         "jobs_claim_queue",
     ),
     ("promote: due scheduled and failed jobs", sql.PROMOTE_DUE, (NOW, 1000), "jobs_due"),

@@ -46,7 +46,7 @@ SELECT i, CASE WHEN i > {JOBS} * 0.8 THEN 'noop' ELSE 'report-' || (i % 20) || '
        CASE WHEN i % 20 IN (1, 2) THEN 'queued' WHEN i % 10 = 3 THEN 'scheduled' WHEN i % 20 = 4 THEN 'failed'
             WHEN i % 200 = 5 THEN 'running' WHEN i % 200 = 25 THEN 'dead' ELSE 'succeeded' END,
        i % 3, CASE WHEN i % 20 = 1 THEN {NOW} - 86400 + i * 0.001 ELSE {NOW} + i * 0.001 END,
-       {NOW} + 3600 + i % 1000, {NOW} - {JOBS} * 0.001 + i * 0.001, {NOW}, 1, 3, 1, 3600, '{{"kind": "noop"}}',
+       CASE WHEN i % 20 IN (1, 2) THEN {NOW} - 3600 ELSE {NOW} + 3600 + i % 1000 END, {NOW} - {JOBS} * 0.001 + i * 0.001, {NOW}, 1, 3, 1, 3600, '{{"kind": "noop"}}',
        CASE WHEN i % 10 < 7 THEN '["common"]' WHEN i % 100 = 7 THEN '["rare"]' ELSE '[]' END,
        CASE WHEN i % 200 = 5 THEN 'agent-' || (i % 7) END, CASE WHEN i % 200 = 5 THEN {NOW} + 30 END, 3,
        CASE WHEN i % 20 NOT IN (1, 2, 4) AND i % 10 <> 3 AND i % 200 NOT IN (5, 25) THEN {NOW} - 86400 + i * 0.001 END
