@@ -28,6 +28,7 @@ from datetime import datetime
 from bench.context import RunContext
 from bench.report import Figure, Floor, load_average, percentile
 from bench.workload import BenchClient, all_jobs, noop_job, open_paused_queue
+from core.config import Settings
 
 NAME = "schedules"
 LATENESS_P99_FLOOR = Floor("<=", 50.0)  # ms, one node (issue 12)
@@ -35,7 +36,7 @@ IDLE_SECONDS = 20.0
 BASELINE_SCHEDULES = 100
 AT_T = {"JOBDECK_SCHEDULE_LEAD_SECONDS": "0"}
 POLL_SECONDS = 0.01
-LEAD = 5.0  # the default schedule_lead_seconds (core/config.py): the poll starts before it
+LEAD = Settings().schedule_lead_seconds  # the poll starts before the runs are written ahead
 
 
 def _epoch(text: str) -> float:

@@ -48,7 +48,7 @@ class Settings:
     schedule_prepare_seconds: float = 3.0
     # Runs of fire times this close are written ahead, claimable at their fire time with no write
     # then (core/engine.py _write_ahead); 0: every run is written when its fire time comes
-    schedule_lead_seconds: float = 5.0
+    schedule_lead_seconds: float = 10.0
     # Events
     event_retention_hours: float = 24.0
     # Limits

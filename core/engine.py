@@ -474,7 +474,7 @@ class Engine:
             job.traceparent = traceparent
             return job
 
-        return Firing(f.schedule, f.plan, traced)
+        return Firing(f.schedule, f.plan, traced, f.ahead)
 
     async def _fire_due_schedules(self) -> None:
         """Fire every due schedule: the prepared ones first, `schedule_fire_batch` of them per
