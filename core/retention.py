@@ -124,9 +124,17 @@ class Archive:
                 if line.strip():
                     yield orjson.loads(line)
 
-    def find(self, job_id: int) -> tuple[str, dict[str, Any]] | None:
-        """(file, record): the last archived copy of a job, searching the newest files first (blocking)."""
+    def find(self, job_id: int, recorded: list[dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]] | None:
+        """(file, record): the last archived copy of a job, searching the newest files first (blocking).
+        With `recorded` (the store's archive_files rows), a file of this node's whose recorded ids
+        (first_job..last_job) leave the job out is not opened: usually one file is read, not all of
+        them. A file the store has no row for (written before it kept them) is still searched."""
+        ranges = {r["file"]: (r["first_job"], r["last_job"]) for r in recorded or ()
+                  if r["node"] == self.node and r["folder"] == str(self.folder)}  # fmt: skip
         for f in self.files():
+            first, last = ranges.get(str(f["file"]), (job_id, job_id))
+            if not first <= job_id <= last:
+                continue
             found = None
             for r in self.records(str(f["file"])):
                 if r["job"]["id"] == job_id:

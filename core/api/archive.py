@@ -56,9 +56,10 @@ async def list_archive(request: Request, engine: EngineDep) -> JSON:
             response_model=ArchivedJob)  # fmt: skip
 async def show_archived(job_id: JobIdPath, request: Request, engine: EngineDep) -> JSON:
     archive = _archive(request)
-    hit = await asyncio.to_thread(archive.find, job_id)
+    recorded = await _recorded(engine)  # which files hold which ids: the one file to read, not every file
+    hit = await asyncio.to_thread(archive.find, job_id, recorded)
     if hit is None:
-        other = elsewhere(archive, await _recorded(engine), job_id=job_id)
+        other = elsewhere(archive, recorded, job_id=job_id)
         raise NotFound(f"job {job_id} is in no archive file of this node (node {archive.node}, {archive.folder})"
                        f"{other or ' (jobdeck archive ls)'}", field="job_id")  # fmt: skip
     name, rec = hit

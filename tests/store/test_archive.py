@@ -113,6 +113,20 @@ async def test_the_retention_loop_archives_by_day_and_purges(kit: StoreKit, tmp_
         ("jobs-2026-08-12.jsonl.gz", "2026-08-12", 7, day_a[0], day_a[-1], retention.node, folder),
     ], "the store knows each file, its node and folder, how many jobs went in (over 3 batches of 4) and their ids"
     assert {f["bytes"] for f in await store.archive_files()} == {f["bytes"] for f in files}
+    opened: list[str] = []
+    records = archive.records
+    archive.records = lambda name: (opened.append(name), records(name))[1]  # type: ignore[method-assign]
+    want = next(r for r in records("jobs-2026-08-12.jsonl.gz") if r["job"]["id"] == day_a[3])
+    assert archive.find(day_a[3], await store.archive_files()) == ("jobs-2026-08-12.jsonl.gz", want)
+    assert opened == ["jobs-2026-08-12.jsonl.gz"], "show reads the one file whose recorded ids hold the job"
+    assert archive.find(recent[0], await store.archive_files()) is None and opened == ["jobs-2026-08-12.jsonl.gz"]
+    unrecorded = {**want, "job": {**want["job"], "id": 10**9}}  # a file written before the store kept rows
+    (tmp_path / "archive" / "jobs-2026-08-11.jsonl.gz").write_bytes(gzip.compress(orjson.dumps(unrecorded) + b"\n"))
+    opened.clear()
+    assert archive.find(10**9, await store.archive_files()) == ("jobs-2026-08-11.jsonl.gz", unrecorded)
+    assert opened == ["jobs-2026-08-11.jsonl.gz"], "a file with no row is searched; the recorded ones are not opened"
+    opened.clear()
+    assert archive.find(day_b[0], []) is not None and len(opened) == 1, "no rows: the newest files first, as before"
 
 
 @two_nodes
