@@ -149,6 +149,32 @@ async def test_delayed_job_starts_on_time(running: RunningNode) -> None:
     )
 
 
+async def test_a_schedule_run_written_ahead_starts_at_its_fire_time_never_before(tmp_path: Path) -> None:
+    """A real node writes the run seconds ahead (created before its fire time); its agent starts it
+    once the fire time has come, woken by the dispatcher's timer, not by a write or the safety poll."""
+    node, url, task = await start_node(node_settings(tmp_path, schedule_lead_seconds=3.0))
+    c = JobDeckClient(url)
+    try:
+        now = await c.wait_for((await c.submit({"task": NOOP}))["id"])
+        pickup = ts(now["started_at"]) - ts(now["created_at"])  # a job due now, on this node at this moment
+        s = await c.create_schedule({"name": "every-6s", "interval": 6, "job": {"task": NOOP, "queue": "sched"}})
+
+        async def first() -> dict[str, Any] | None:
+            jobs = (await c.list_jobs(schedule_id=s["id"], state="succeeded"))["jobs"]
+            return jobs[-1] if jobs else None
+
+        run = await until(first, 20, "the schedule's first run to succeed")
+        fire = ts(run["fire_time"])
+        assert ts(run["created_at"]) < fire, f"written {ts(run['created_at']) - fire:+.3f} s from its fire time"
+        late = ts(run["started_at"]) - fire
+        assert 0 <= late < pickup + 0.5, (
+            f"started {late * 1000:.1f} ms after its fire time (a job due now: {pickup * 1000:.1f} ms)"
+        )
+    finally:
+        await c.close()
+        await stop_node(node, task)
+
+
 async def test_idempotency_key_returns_the_first_job(running: RunningNode) -> None:
     c = running.client
     a = await c.submit({"task": NOOP, "idempotency_key": "order-42"})
