@@ -71,6 +71,8 @@ async def test_a_run_written_ahead_is_claimed_at_its_fire_time_not_before_and_wr
     stored = await kit.store.get_schedule(s.id)
     assert (stored.next_fire_at, stored.fired) == (t + 60, 1), "the bookkeeping moved in the same transaction"
     assert t in engine._due_runs, "the dispatcher claims at the fire time"
+    why = (await engine.waiting_for([run]))[run.id] or ""
+    assert why.startswith("written ahead of its fire time"), why
     other = kit.store if kit.kind == "sqlite" else await kit.another()
     again = Engine(other, LocalBus(), Settings(data_dir=tmp_path / "b"), clock=Clock(t - 2))
     await again._write_ahead()  # another node (or this one restarted) looks at the same fire time
