@@ -20,6 +20,7 @@ from bench.auth import auth_overhead
 from bench.console_lag import console_lag
 from bench.context import RunContext, Scale
 from bench.flow import drain_with_limits, fair_share
+from bench.flow_claim import claim_cost
 from bench.io_drain import io_drain
 from bench.kafka import consumer_lag, relay_throughput
 from bench.latency import due_later, due_now
@@ -91,6 +92,12 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "limit set (too high to hold anything back), in alternating turns; ratios to the same run's baseline",
         (drain_with_limits,),
         True,
+    ),
+    "flow-claim": (
+        "one claim_jobs in process (no server): a queue of no-ops without keys vs one with 100 fairness keys, "
+        "claims of 4, 32 and 128, alternating rounds on one store; fair / plain",
+        (claim_cost,),
+        False,
     ),
     "fairness": (
         "the starvation scenario: tenant A floods 50,000 jobs, tenant B then submits 100; B's wait p50/p99 "
