@@ -318,3 +318,46 @@ def smtp_server() -> Iterator[tuple[str, int, Mailbox]]:
         yield "127.0.0.1", port, box
     finally:
         ctl.stop()
+
+
+# With pytest-xdist (`./dev test -n 2`): which tests share a worker. A test module stays whole on one
+# worker (its module-scoped nodes start once); the browser tests share one worker (one dashboard, one
+# Playwright at a time on the shared Reflex project); and the long runs whose load or timing matters
+# (the chaos run, the fuzz, the retention load, the faketime DST nights, 10,000 sleepers) run one after
+# another on one worker, never two of them at once.
+XDIST_GROUPS = {
+    "browser": ("tests/web_ui/", "tests/e2e/test_wheel.py"),
+    "long runs": (
+        "tests/chaos/test_chaos.py",
+        "tests/api/test_fuzz.py",
+        "tests/obs/test_retention_load.py",
+        "tests/e2e/test_schedule_dst_night.py",
+        "tests/agents/test_remote_agents.py",
+    ),
+}
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its group's name, or else its module."""
+    for group, prefixes in XDIST_GROUPS.items():
+        if nodeid.startswith(prefixes):
+            return group
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's default scheduling (`-n N`, which hands out single tests) by unit of work instead."""
+    if config.getoption("dist") not in ("load", "loadscope"):
+        return None  # an explicit --dist of another kind is the caller's choice
+    from xdist.scheduler import LoadScopeScheduling
+
+    # Units in the order of collection, not the largest first: the long runs (first met in tests/agents/)
+    # then start early on one worker while the other works through the rest, instead of last of all.
+    config.option.loadscopereorder = False
+
+    class ByUnit(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return ByUnit(config, log)
