@@ -137,15 +137,15 @@ class ConsoleApp(App[int]):
                 self.on_batch(events)
         if main is not None and main.is_mounted:
             wanted, self._reload_wanted = self._reload_wanted, set()
-            for view in wanted:
-                await view.reload()
             try:
+                for view in wanted:
+                    await view.reload()
                 current = main.current_view
-            except NoMatches:  # the app is closing
+                maybe = getattr(current, "maybe_reload", None)
+                if maybe is not None:
+                    await maybe()
+            except NoMatches:  # the app is closing: its widgets went while the reload awaited the server
                 return
-            maybe = getattr(current, "maybe_reload", None)
-            if maybe is not None:
-                await maybe()
 
     def reload_soon(self, view: View) -> None:
         """Reload `view` at the next batch (a change the view cannot place by itself)."""

@@ -205,6 +205,8 @@ class ScheduleFormScreen(ModalScreen[dict[str, Any] | None]):
         import asyncio
 
         await asyncio.sleep(PREVIEW_DEBOUNCE)
+        if not self.is_mounted:  # the form was saved or closed meanwhile
+            return
         v, panel = self.values(), self.query_one("#preview", Static)
         timing = {k: v[k] for k in TIMINGS if v.get(k)}
         if len(timing) != 1:

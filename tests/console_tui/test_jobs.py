@@ -65,33 +65,33 @@ async def test_job_actions_by_key(node: ServerProcess, api: JobDeckClient) -> No
         await focus_job(view, job["id"])
         await pilot.press("p")
         await until(lambda: state_of(api, job["id"]), 5)
-        await until(lambda: cell(view, job["id"], "state") == "paused", 3, "paused in the table")
+        await until(lambda: cell(view, job["id"], "state") == "paused", 15, "paused in the table")
         await pilot.press("u")
-        await until(lambda: cell(view, job["id"], "state") == "scheduled", 3, "resumed in the table")
+        await until(lambda: cell(view, job["id"], "state") == "scheduled", 15, "resumed in the table")
         await pilot.press("plus")
-        await until(lambda: cell(view, job["id"], "priority") == "2", 3, "priority raised")
+        await until(lambda: cell(view, job["id"], "priority") == "2", 15, "priority raised")
         await pilot.press("minus", "minus")
-        await until(lambda: cell(view, job["id"], "priority") == "0", 3, "priority lowered twice")
+        await until(lambda: cell(view, job["id"], "priority") == "0", 15, "priority lowered twice")
         await pilot.press("equals_sign")
-        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the priority prompt")
+        await until(lambda: isinstance(app.screen, PromptScreen), 15, "the priority prompt")
         app.screen.query_one("#value").value = ""  # type: ignore[attr-defined]
         await pilot.press(*"5000", "enter")  # out of range: the server's message, in place
         error = app.screen.query_one("#error")
-        await until(lambda: "priority" in str(error.render()), 3, "the server's message under the field")
+        await until(lambda: "priority" in str(error.render()), 15, "the server's message under the field")
         app.screen.query_one("#value").value = ""  # type: ignore[attr-defined]
         await pilot.press(*"42", "enter")
-        await until(lambda: not isinstance(app.screen, PromptScreen), 3, "the prompt to close")
-        await until(lambda: cell(view, job["id"], "priority") == "42", 3, "priority set exactly")
+        await until(lambda: not isinstance(app.screen, PromptScreen), 15, "the prompt to close")
+        await until(lambda: cell(view, job["id"], "priority") == "42", 15, "priority set exactly")
         await pilot.press("c")
-        await until(lambda: isinstance(app.screen, ConfirmScreen), 3, "a confirmation")
+        await until(lambda: isinstance(app.screen, ConfirmScreen), 15, "a confirmation")
         await pilot.press("n")  # said no: nothing happens
         assert await state_of(api, job["id"]) == "scheduled"
         await pilot.press("c")
-        await until(lambda: isinstance(app.screen, ConfirmScreen), 3, "a confirmation")
+        await until(lambda: isinstance(app.screen, ConfirmScreen), 15, "a confirmation")
         await pilot.press("y")
-        await until(lambda: cell(view, job["id"], "state") == "cancelled", 3, "cancelled")
+        await until(lambda: cell(view, job["id"], "state") == "cancelled", 15, "cancelled")
         await pilot.press("R")
-        await until(lambda: cell(view, job["id"], "state") in ("queued", "running", "succeeded"), 3, "retried")
+        await until(lambda: cell(view, job["id"], "state") in ("queued", "running", "succeeded"), 15, "retried")
 
 
 async def test_a_refused_action_explains_and_changes_nothing(node: ServerProcess, api: JobDeckClient) -> None:
@@ -101,7 +101,7 @@ async def test_a_refused_action_explains_and_changes_nothing(node: ServerProcess
         view = jobs_view(app)
         await focus_job(view, job["id"])
         await pilot.press("p")  # a succeeded job cannot be paused: 409
-        await until(lambda: any("cannot pause" in str(n.message) for n in app._notifications), 3, "a notification")
+        await until(lambda: any("cannot pause" in str(n.message) for n in app._notifications), 15, "a notification")
         assert await state_of(api, job["id"]) == "succeeded"
         assert cell(view, job["id"], "state") == "succeeded"
 
@@ -112,19 +112,19 @@ async def test_new_job_form_shows_the_servers_message_next_to_the_field(
     async with console(node.url) as (app, pilot):
         view = jobs_view(app)
         await pilot.press("n")
-        await until(lambda: isinstance(app.screen, NewJobScreen), 3, "the form")
+        await until(lambda: isinstance(app.screen, NewJobScreen), 15, "the form")
         form = app.screen
         form.query_one("#command").value = "echo from-the-form"  # type: ignore[attr-defined]
         form.query_one("#queue").value = "bad queue!"  # type: ignore[attr-defined]
         await pilot.press("ctrl+s")
         err = form.query_one("#error-queue")
-        await until(lambda: "queue" in str(err.render()), 3, "the server's message under Queue")
+        await until(lambda: "queue" in str(err.render()), 15, "the server's message under Queue")
         assert isinstance(app.screen, NewJobScreen)
         form.query_one("#queue").value = "form-q"  # type: ignore[attr-defined]
         form.query_one("#name").value = "from-form"  # type: ignore[attr-defined]
         await pilot.press("ctrl+s")
-        await until(lambda: not isinstance(app.screen, NewJobScreen), 3, "the form to close")
-        made = await until(lambda: [j for j in view.rows.values() if j.get("name") == "from-form"], 3, "the new job")
+        await until(lambda: not isinstance(app.screen, NewJobScreen), 15, "the form to close")
+        made = await until(lambda: [j for j in view.rows.values() if j.get("name") == "from-form"], 15, "the new job")
         assert made[0]["queue"] == "form-q"
 
 
@@ -134,7 +134,7 @@ async def test_filter_selection_and_bulk_by_filter(node: ServerProcess, api: Job
     async with console(node.url) as (app, pilot):
         view = jobs_view(app)
         await pilot.press("slash", *"queue:bulk-q state:scheduled", "enter")
-        await until(lambda: set(view.rows) == set(ids), 3, "only the filtered jobs")
+        await until(lambda: set(view.rows) == set(ids), 15, "only the filtered jobs")
         # select two rows, pause them in one go
         await focus_job(view, ids[-1])
         await pilot.press("space", "space", "p")
@@ -142,10 +142,10 @@ async def test_filter_selection_and_bulk_by_filter(node: ServerProcess, api: Job
         async def paused() -> int:
             return sum([await state_of(api, i) == "paused" for i in ids])
 
-        await until(lambda: paused(), 3, "two paused")
+        await until(lambda: paused(), 15, "two paused")
         assert await paused() == 2
         # a paused job leaves a state:scheduled view, except under the cursor
-        await until(lambda: len(view.rows) <= 4, 3, "paused rows to leave the filtered view")
+        await until(lambda: len(view.rows) <= 4, 15, "paused rows to leave the filtered view")
         # bulk by filter: cancel everything still scheduled in bulk-q
         await pilot.press("B")
         await pilot.press("c")
@@ -168,7 +168,7 @@ async def test_filter_selection_and_bulk_by_filter(node: ServerProcess, api: Job
         assert sorted(states.values()) == ["cancelled"] * 3 + ["paused"] * 2, states
         assert await state_of(api, other["id"]) == "scheduled"  # outside the filter: untouched
         # nothing is scheduled in bulk-q any more: the dialog says so instead of asking
-        await until(lambda: not isinstance(app.screen, BulkScreen), 3, "the bulk dialog to close")
+        await until(lambda: not isinstance(app.screen, BulkScreen), 15, "the bulk dialog to close")
         await pilot.press("B", "equals_sign", "7", "enter")
         prompt = app.screen.query_one("#prompt")
         expected = "No job matches state:scheduled queue:bulk-q: nothing to set the priority of."
@@ -188,17 +188,17 @@ async def test_job_detail_shows_output_attempts_and_events(node: ServerProcess, 
         await pilot.press("enter")
         screen = await until(lambda: app.screen if type(app.screen).__name__ == "JobDetailScreen" else None, 3)
         out = screen.query_one("#output")
-        await until(lambda: any("detail-output" in line.text for line in out.lines), 3, "the output tail")
+        await until(lambda: any("detail-output" in line.text for line in out.lines), 15, "the output tail")
         attempts = screen.query_one("#attempts")
-        await until(lambda: attempts.row_count == 1, 3, "one attempt")
+        await until(lambda: attempts.row_count == 1, 15, "one attempt")
         assert "exit" in str(attempts.get_row_at(0)).lower() or attempts.get_row_at(0)[5] == "3"
         spec = plain(screen.query_one("#spec").content)
         assert spec.startswith("Times\n") and "finished" in spec, spec  # when it ran, not a "Schedule"
         assert "schedule" not in spec, f"a job no schedule made shows no schedule line: {spec}"
         events = screen.query_one("#events")
-        await until(lambda: any("job.dead" in line.text for line in events.lines), 3, "its events")
+        await until(lambda: any("job.dead" in line.text for line in events.lines), 15, "its events")
         await pilot.press("R")  # replay from the dead-letter set, from the detail screen
-        await until(lambda: any("job.queued" in line.text for line in events.lines), 3, "the replay, live")
+        await until(lambda: any("job.queued" in line.text for line in events.lines), 15, "the replay, live")
         await pilot.press("escape")
         assert app.screen is app.main_screen
 
@@ -219,7 +219,7 @@ async def test_sorting_happens_on_the_server_and_the_bar_counts_every_match(
         view = jobs_view(app)
         await view.set_query(view.query_.parse("queue:sort-q"))
         await pilot.press("s")  # id -> priority, highest first
-        await until(lambda: view.sort_by == "priority" and len(view.rows) == 5, 5, "the priority order")
+        await until(lambda: view.sort_by == "priority" and len(view.rows) == 5, 15, "the priority order")
         order = [int(cell(view, int(k), "priority")) for k in view.table._keys]
         assert order == [9, 5, 3, 0, -2], order
         server = await api.list_jobs(queue="sort-q", sort="priority", order="desc")
@@ -250,7 +250,7 @@ async def test_a_tag_filter_follows_the_feed_and_the_cursor_stays_put(node: Serv
         view.reload = counting_reload  # type: ignore[method-assign]
         red = [await api.submit(later(f"red-{i}", "tag-q", tags=["red", "x"])) for i in range(3)]
         blue = await api.submit(later("blue", "tag-q", tags=["blue"]))
-        await until(lambda: all(j["id"] in view.rows for j in red), 3, "the new red jobs from the feed")
+        await until(lambda: all(j["id"] in view.rows for j in red), 15, "the new red jobs from the feed")
         assert blue["id"] not in view.rows, "a job without the tag stays out"
         assert reloads == 0, "the tag filter is checked against the events, not by asking the server again"
         assert view.current()["id"] == first["id"]  # type: ignore[index]
@@ -279,10 +279,10 @@ async def test_run_now_queues_a_waiting_job_at_once_keeping_its_priority(
         await focus_job(view, job["id"])
         assert cell(view, job["id"], "state") == "scheduled"
         await pilot.press("x")
-        await until(lambda: cell(view, job["id"], "state") == "queued", 3, "queued in the table")
+        await until(lambda: cell(view, job["id"], "state") == "queued", 15, "queued in the table")
         got = await api.get_job(job["id"])
         assert (got["state"], got["priority"]) == ("queued", 7), got
         assert got["run_at"] < job["run_at"], "it runs now, not in an hour"
         await pilot.press("x")  # queued already: the server's 409 says so and nothing changes
-        await until(lambda: any("queued already" in str(n.message) for n in app._notifications), 3, "the refusal")
+        await until(lambda: any("queued already" in str(n.message) for n in app._notifications), 15, "the refusal")
     await api.queue_action("run-now-q", "resume")

@@ -33,11 +33,11 @@ async def test_the_bar_says_why_a_schedule_paused_itself_and_what_it_skipped(
         schedules = view(app, "schedules")
         await select(schedules, str(s["id"]))
         bar = app.main_screen.query_one("#schedules #bar")
-        await until(lambda: "paused after 1 consecutive failed runs" in str(bar.render()), 5, "the reason in the bar")
+        await until(lambda: "paused after 1 consecutive failed runs" in str(bar.render()), 15, "the reason in the bar")
         quiet = await api.create_schedule({"name": "plain", "cron": "0 2 * * *", "job": {"task": failing}})
         await until(lambda: str(quiet["id"]) in schedules.items, 15, "the new schedule listed")
         await select(schedules, str(quiet["id"]))
-        await until(lambda: "#" + str(quiet["id"]) in str(bar.render()), 5, "the plain schedule's bar")
+        await until(lambda: "#" + str(quiet["id"]) in str(bar.render()), 15, "the plain schedule's bar")
         assert "skipped" not in str(bar.render()) and "paused after" not in str(bar.render())
 
 
@@ -55,12 +55,12 @@ async def test_the_preview_panel_run_now_and_a_backfill_counted_first(node: Serv
         await pilot.press("4")
         schedules = view(app, "schedules")
         await select(schedules, str(s["id"]))
-        await until(lambda: "tui-hourly" in _panel(app), 5, "the cursor schedule's preview")
+        await until(lambda: "tui-hourly" in _panel(app), 15, "the cursor schedule's preview")
         text = _panel(app)
         assert "next 5 fire times (Asia/Tokyo)" in text and "overlap buffer_one" in text, text
         assert text.count(":00:00 JST") == 5, f"five hourly fire times in Tokyo time: {text}"
         await select(schedules, str(other["id"]))
-        await until(lambda: "tui-daily" in _panel(app), 5, "the preview follows the cursor")
+        await until(lambda: "tui-daily" in _panel(app), 15, "the preview follows the cursor")
         assert _panel(app).count("04:30:00 UTC") >= 5, _panel(app)
 
         await select(schedules, str(s["id"]))
@@ -69,18 +69,18 @@ async def test_the_preview_panel_run_now_and_a_backfill_counted_first(node: Serv
         assert jobs[0]["fire_time"] is None, "a manual run, outside the timetable"
 
         await pilot.press("b")
-        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the backfill prompt")
+        await until(lambda: isinstance(app.screen, PromptScreen), 15, "the backfill prompt")
         app.screen.query_one("#value").value = "yesterday now"
         await pilot.press("enter")
-        await until(lambda: "is not a date and time" in str(app.screen.query_one("#error").render()), 3, "the reason")
+        await until(lambda: "is not a date and time" in str(app.screen.query_one("#error").render()), 15, "the reason")
         hour = datetime.now(ZoneInfo("Asia/Tokyo")).replace(minute=0, second=0, microsecond=0)
         fmt = "%Y-%m-%dT%H:%M"
         app.screen.query_one("#value").value = f"{hour:{fmt}} {hour - timedelta(hours=2):{fmt}}"
         await pilot.press("enter")
-        await until(lambda: "is after to" in str(app.screen.query_one("#error").render()), 3, "the server's 422")
+        await until(lambda: "is after to" in str(app.screen.query_one("#error").render()), 15, "the server's 422")
         app.screen.query_one("#value").value = f"{hour - timedelta(hours=2):{fmt}} {hour:{fmt}}"
         await pilot.press("enter")
-        await until(lambda: isinstance(app.screen, ConfirmScreen), 5, "the count, then a question")
+        await until(lambda: isinstance(app.screen, ConfirmScreen), 15, "the count, then a question")
         question = str(app.screen.query_one("#question").render())
         assert "Make 3 run(s) of tui-hourly?" in question, question
         assert len(await _jobs(api, s["id"]) or []) == 1, "the dry run made nothing"
@@ -106,11 +106,11 @@ async def test_a_workflow_schedule_says_which_workflow_it_fires(node: ServerProc
         await pilot.press("4")
         schedules = view(app, "schedules")
         await select(schedules, str(s["id"]))
-        await until(lambda: "tui-nightly-dag" in _panel(app), 5, "the workflow schedule's preview")
+        await until(lambda: "tui-nightly-dag" in _panel(app), 15, "the workflow schedule's preview")
         assert "fires workflow etl (3 jobs)" in _panel(app), _panel(app)
         bar = app.main_screen.query_one("#schedules #bar")
-        await until(lambda: "fires workflow etl (3 jobs)" in str(bar.render()), 5, "the workflow in the bar")
+        await until(lambda: "fires workflow etl (3 jobs)" in str(bar.render()), 15, "the workflow in the bar")
         assert schedules.target_queue() == "tui-wf", "actions are checked against the workflow's queue"
         await select(schedules, str(plain["id"]))
-        await until(lambda: "tui-plain" in _panel(app), 5, "the plain schedule's preview")
+        await until(lambda: "tui-plain" in _panel(app), 15, "the plain schedule's preview")
         assert "fires workflow" not in _panel(app) and "fires workflow" not in str(bar.render())

@@ -97,13 +97,13 @@ async def test_a_viewer_from_the_cached_token_sees_who_and_why_actions_are_disab
     async with app.run_test(size=SIZE) as pilot:
         view = await ready(app)
         assert "viewer · viewer (token)" in header_text(app), header_text(app)
-        await until(lambda: job["id"] in view.rows, 5, "the team's job in the table")
+        await until(lambda: job["id"] in view.rows, 15, "the team's job in the table")
         view.table.move_cursor(key=str(job["id"]))
         assert view.check_action("pause", ()) is None  # shown, greyed out
         assert view.refusal("pause") == "your role (viewer) does not allow jobs.write"
         await pilot.press("p")
         await pilot.press("question_mark")
-        await until(lambda: isinstance(app.screen, HelpScreen), 3, "the help screen")
+        await until(lambda: isinstance(app.screen, HelpScreen), 15, "the help screen")
         keys = app.screen.query_one("#keys")
         cells = [str(c) for r in range(keys.row_count) for c in keys.get_row_at(r)]  # type: ignore[attr-defined]
         assert any("disabled: your role (viewer) does not allow jobs.write" in c for c in cells), cells
@@ -120,7 +120,7 @@ async def test_an_operator_on_another_teams_queue_gets_the_servers_reason(
         await ready(app)
         assert "operator · operator (token)" in header_text(app), header_text(app)
         await pilot.press("n")
-        await until(lambda: isinstance(app.screen, NewJobScreen), 3, "the new-job form")
+        await until(lambda: isinstance(app.screen, NewJobScreen), 15, "the new-job form")
         form: Any = app.screen
         form.query_one("#command").value = "echo not-mine"
         form.query_one("#queue").value = "ml"  # team ml's queue
@@ -130,7 +130,7 @@ async def test_an_operator_on_another_teams_queue_gets_the_servers_reason(
         def refusal() -> str:
             return next((str(n.message) for n in app._notifications if n.title == "refused (403)"), "")
 
-        reason = await until(refusal, 5, "a notification with the server's 403 reason")
+        reason = await until(refusal, 15, "a notification with the server's 403 reason")
         assert "'ml'" in reason and "operator" in reason, reason
         assert isinstance(app.screen, NewJobScreen), "the form stays open to fix the queue"
     async with JobDeckClient(signed.url, token=token("admin")) as admin:

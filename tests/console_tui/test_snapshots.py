@@ -80,7 +80,7 @@ async def test_snapshot(fixed: ServerProcess, screen: str) -> None:
             await pilot.press("4")
             await until(lambda: len(app.main_screen.query_one("#schedules").items) == 2, 5)
             preview = app.main_screen.query_one("#schedules #preview")
-            await until(lambda: "next 5 fire times" in str(preview.render()), 5, "the cursor schedule's preview")
+            await until(lambda: "next 5 fire times" in str(preview.render()), 15, "the cursor schedule's preview")
         elif screen == "help":
             await pilot.press("question_mark")
         await pilot.pause()

@@ -22,4 +22,4 @@ async def test_the_detail_shows_the_trace_id(node: ServerProcess, api: JobDeckCl
         await focus_job(jobs_view(app), job_id)
         await pilot.press("enter")
         screen = await until(lambda: app.screen if type(app.screen).__name__ == "JobDetailScreen" else None, 5)
-        await until(lambda: f"trace {TRACE}" in plain(screen.query_one("#summary").content), 5, "the trace id")
+        await until(lambda: f"trace {TRACE}" in plain(screen.query_one("#summary").content), 15, "the trace id")

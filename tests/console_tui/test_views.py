@@ -37,25 +37,25 @@ async def test_queue_pause_resume_and_concurrency(node: ServerProcess, api: JobD
         queues = view(app, "queues")
         await select(queues, "ops-q")
         await pilot.press("p")
-        await until(lambda: queues.items["ops-q"]["paused"], 3, "the queue paused")
+        await until(lambda: queues.items["ops-q"]["paused"], 15, "the queue paused")
         assert any(q["name"] == "ops-q" and q["paused"] for q in await api.queues())
         await pilot.press("u")
-        await until(lambda: not queues.items["ops-q"]["paused"], 3, "the queue resumed")
+        await until(lambda: not queues.items["ops-q"]["paused"], 15, "the queue resumed")
         await pilot.press("C")
-        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the concurrency prompt")
+        await until(lambda: isinstance(app.screen, PromptScreen), 15, "the concurrency prompt")
         app.screen.query_one("#value").value = "3"
         await pilot.press("enter")
-        await until(lambda: queues.items["ops-q"].get("concurrency") == 3, 3, "the limit shown")
+        await until(lambda: queues.items["ops-q"].get("concurrency") == 3, 15, "the limit shown")
         await pilot.press("L")
-        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the rate-limit prompt")
+        await until(lambda: isinstance(app.screen, PromptScreen), 15, "the rate-limit prompt")
         app.screen.query_one("#value").value = "2.5 burst 4"
         await pilot.press("enter")
-        await until(lambda: queues.items["ops-q"].get("rate_limit") == 2.5, 3, "the rate limit shown")
+        await until(lambda: queues.items["ops-q"].get("rate_limit") == 2.5, 15, "the rate limit shown")
         await pilot.press("K")
-        await until(lambda: isinstance(app.screen, PromptScreen), 3, "the per-key prompt")
+        await until(lambda: isinstance(app.screen, PromptScreen), 15, "the per-key prompt")
         app.screen.query_one("#value").value = "2"
         await pilot.press("enter")
-        await until(lambda: queues.items["ops-q"].get("key_concurrency") == 2, 3, "the per-key limit shown")
+        await until(lambda: queues.items["ops-q"].get("key_concurrency") == 2, 15, "the per-key limit shown")
         [q] = [q for q in await api.queues() if q["name"] == "ops-q"]
         assert (q["rate_limit"], q["rate_burst"], q["key_concurrency"]) == (2.5, 4, 2), q
         row = [str(c) for c in queues.table.get_row("ops-q")]
@@ -70,10 +70,10 @@ async def test_schedule_pause_resume(node: ServerProcess, api: JobDeckClient) ->
         schedules = view(app, "schedules")
         await select(schedules, str(s["id"]))
         await pilot.press("p")
-        await until(lambda: schedules.items[str(s["id"])]["paused"], 3, "the schedule paused")
+        await until(lambda: schedules.items[str(s["id"])]["paused"], 15, "the schedule paused")
         assert (await api.get_schedule(s["id"]))["paused"]
         await pilot.press("u")
-        await until(lambda: not schedules.items[str(s["id"])]["paused"], 3, "the schedule resumed")
+        await until(lambda: not schedules.items[str(s["id"])]["paused"], 15, "the schedule resumed")
 
 
 async def test_the_bar_gives_the_cursor_schedules_next_fire_in_the_viewers_zone_too(
@@ -106,9 +106,9 @@ async def test_drain_an_agent_after_confirmation(node: ServerProcess, api: JobDe
             agents = view(app, "agents")
             await select(agents, "drain-me")
             await pilot.press("d")
-            await until(lambda: isinstance(app.screen, ConfirmScreen), 3, "a confirmation")
+            await until(lambda: isinstance(app.screen, ConfirmScreen), 15, "a confirmation")
             await pilot.press("y")
-            await until(lambda: agents.items["drain-me"].get("draining"), 5, "the agent draining")
+            await until(lambda: agents.items["drain-me"].get("draining"), 15, "the agent draining")
     finally:
         agent.terminate()
         agent.wait(15)
@@ -123,7 +123,7 @@ async def test_event_log_shows_changes_live(node: ServerProcess, api: JobDeckCli
         await pilot.press("6")
         job = await api.submit(later("logged", "log-q"))
         log = view(app, "events").query_one("#log")
-        await until(lambda: any(f"#{job['id']}" in line.text for line in log.lines), 3, "the event line")
+        await until(lambda: any(f"#{job['id']}" in line.text for line in log.lines), 15, "the event line")
 
 
 async def test_event_log_lists_events_from_before_the_console_opened(node: ServerProcess, api: JobDeckClient) -> None:
@@ -133,9 +133,11 @@ async def test_event_log_lists_events_from_before_the_console_opened(node: Serve
         await pilot.press("6")
         log = view(app, "events").query_one("#log")
         mine = lambda: [line.text for line in log.lines if f"#{job['id']}" in line.text]  # noqa: E731
-        await until(lambda: len(mine()) >= 2, 3, "the job's earlier events")
+        await until(lambda: len(mine()) >= 2, 15, "the job's earlier events")
         later_job = await api.submit(later("after-open", "history-q"))
-        await until(lambda: any(f"#{later_job['id']}" in line.text for line in log.lines), 3, "a live event after them")
+        await until(
+            lambda: any(f"#{later_job['id']}" in line.text for line in log.lines), 15, "a live event after them"
+        )
         seqs = [int(line.text.split()[2]) for line in log.lines if line.text.split()[2:3] != ["-"]]  # time, zone, seq
         assert seqs == sorted(set(seqs)), f"expected each event once, in seq order; got {seqs}"
         assert any("job.paused" in t for t in mine()), mine()
@@ -175,15 +177,15 @@ async def test_reconnects_after_the_server_restarts_and_misses_nothing(tmp_path:
             before = await api.submit(later("before", "restart-q"))
             await until(lambda: before["id"] in jobs.rows, 3)
             sp.kill()
-            await until(lambda: app.connection.state == "reconnecting", 5, "the header to say reconnecting")
+            await until(lambda: app.connection.state == "reconnecting", 15, "the header to say reconnecting")
             header = app.main_screen.query_one("ConsoleHeader")
             assert "reconnecting" in str(header.render().renderables[0].columns[1]._cells)  # type: ignore[attr-defined]
             sp = spawn_jobdeck(data, "server", port=port)
             after = await api.submit(later("after", "restart-q"))
             await api.job_action(before["id"], "pause")
             await until(lambda: app.connection.state == "live", 10, "the feed live again")
-            await until(lambda: after["id"] in jobs.rows, 5, "a job made after the restart")
-            await until(lambda: jobs.rows[before["id"]]["state"] == "paused", 3, "a change made after the restart")
+            await until(lambda: after["id"] in jobs.rows, 15, "a job made after the restart")
+            await until(lambda: jobs.rows[before["id"]]["state"] == "paused", 15, "a change made after the restart")
             last = (await api.health())["last_seq"]
             assert seen == list(range(1, last + 1)), "every event once, in order, across the restart"
     finally:
@@ -264,7 +266,7 @@ async def test_a_queues_breaker_numbers_are_edited_and_an_open_breaker_reset_fro
             await select(queues, "brk-q")
             await until(lambda: "1 open" in [str(c) for c in queues.table.get_row("brk-q")], 10, "the breaker open")
             await pilot.press("B")
-            await until(lambda: isinstance(app.screen, PromptScreen), 3, "the breaker prompt")
+            await until(lambda: isinstance(app.screen, PromptScreen), 15, "the breaker prompt")
             field = app.screen.query_one("#value")
             assert field.value == "ratio 0.5 window 10 reset 3600 min 2 mode wait", field.value
 
@@ -280,12 +282,12 @@ async def test_a_queues_breaker_numbers_are_edited_and_an_open_breaker_reset_fro
             await refused("mode later", "breaker_mode")
             field.value = "ratio 40% window 20 reset 90 min 3 mode fail"
             await pilot.press("enter")
-            await until(lambda: queues.items["brk-q"].get("breaker_mode") == "fail", 5, "the new numbers shown")
+            await until(lambda: queues.items["brk-q"].get("breaker_mode") == "fail", 15, "the new numbers shown")
             [q] = [q for q in await api.queues() if q["name"] == "brk-q"]
             got = tuple(q[f"breaker_{k}"] for k in ("failure_ratio", "window", "reset", "min_requests", "mode"))
             assert got == (0.4, 20.0, 90.0, 3, "fail"), q
             await pilot.press("X")
-            await until(lambda: isinstance(app.screen, PromptScreen), 3, "the reset prompt")
+            await until(lambda: isinstance(app.screen, PromptScreen), 15, "the reset prompt")
             assert app.screen.query_one("#value").value == host.address
             assert f"open now: {host.address}" in str(app.screen.query_one("Label:last-of-type").render())
             await pilot.press("enter")

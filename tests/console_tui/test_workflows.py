@@ -37,10 +37,10 @@ async def test_the_tree_shows_layers_and_follows_the_jobs_live(
         await pilot.press("8")
         wf_view = app.main_screen.query_one("#workflows")
         key = str(out["workflow"]["id"])
-        await until(lambda: key in wf_view.items, 5, "the workflow in the list")
+        await until(lambda: key in wf_view.items, 15, "the workflow in the list")
         wf_view.table.move_cursor(row=wf_view.table.get_row_index(key))
         await pilot.press("enter")
-        await until(lambda: isinstance(app.screen, WorkflowScreen) and app.screen.nodes, 5, "the workflow's tree")
+        await until(lambda: isinstance(app.screen, WorkflowScreen) and app.screen.nodes, 15, "the workflow's tree")
         screen = app.screen
         order = [screen.nodes[k]["ref"] for k in screen.nodes]
         assert order.index("extract") < order.index("clean") < order.index("load"), order
@@ -61,7 +61,7 @@ async def test_the_tree_shows_layers_and_follows_the_jobs_live(
             job = await api.get_job(ids["fail"])
         assert job["attempt"] >= 2 or job["state"] in ("queued", "running"), job
         await pilot.press("escape")
-        await until(lambda: app.screen is app.main_screen, 5, "back to the list")
+        await until(lambda: app.screen is app.main_screen, 15, "back to the list")
 
 
 async def test_pause_and_cancel_a_workflow_from_the_list(node: ServerProcess) -> None:  # noqa: F811
@@ -71,15 +71,15 @@ async def test_pause_and_cancel_a_workflow_from_the_list(node: ServerProcess) ->
         async with console(node.url) as (app, pilot):
             await pilot.press("8")
             view = app.main_screen.query_one("#workflows")
-            await until(lambda: key in view.items, 5, "the workflow in the list")
+            await until(lambda: key in view.items, 15, "the workflow in the list")
             view.table.move_cursor(row=view.table.get_row_index(key))
             await pilot.press("p")
-            await until(lambda: view.items[key]["paused"], 5, "the workflow paused")
+            await until(lambda: view.items[key]["paused"], 15, "the workflow paused")
             assert (await api.get_workflow(int(key)))["counts"] == {"paused": 2}
             await pilot.press("c")
-            await until(lambda: isinstance(app.screen, ConfirmScreen), 3, "the confirmation")
+            await until(lambda: isinstance(app.screen, ConfirmScreen), 15, "the confirmation")
             await pilot.press("enter")
-            await until(lambda: view.items[key]["state"] == "cancelled", 5, "the workflow cancelled")
+            await until(lambda: view.items[key]["state"] == "cancelled", 15, "the workflow cancelled")
 
 
 async def test_job_detail_names_its_workflow_parents_and_children(node: ServerProcess) -> None:  # noqa: F811
@@ -97,10 +97,10 @@ async def test_job_detail_names_its_workflow_parents_and_children(node: ServerPr
             await focus_job(jobs_view(app), ids[ref])
             await pilot.press("enter")
             screen = await until(lambda: app.screen if type(app.screen).__name__ == "JobDetailScreen" else None, 5)
-            await until(lambda: "Times" in plain(screen.query_one("#spec").content), 5, "the spec panel")
+            await until(lambda: "Times" in plain(screen.query_one("#spec").content), 15, "the spec panel")
             text = plain(screen.query_one("#spec").content)
             await pilot.press("escape")
-            await until(lambda: app.screen is app.main_screen, 5, "back to the list")
+            await until(lambda: app.screen is app.main_screen, 15, "back to the list")
             return text
 
         root = await detail_of("root")
