@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Static
 
 from console_tui.screens.base import Json, View
@@ -64,8 +65,11 @@ class TableView(View):
         items = await self.call(self.fetch())
         if items is None:
             return
-        await self.enrich(items)
-        self.show_items(items)
+        try:
+            await self.enrich(items)
+            self.show_items(items)
+        except NoMatches:  # the view's table went while the fetch was out: the app is closing
+            return
 
     async def enrich(self, items: list[Json]) -> None:
         """Fetch what the list lacks (subclasses)."""
