@@ -82,11 +82,11 @@ def test_all_is_bounded_by_catch_up_max_keeping_the_most_recent() -> None:
 
 def test_a_long_downtime_of_a_busy_cron_is_planned_quickly_from_the_end() -> None:
     s = cron("* * * * * *", T0, catch_up="latest")  # every second
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time: what other work on the machine takes does not count
     p = plan_fires(s, T0 + 30 * 86400)
-    took = time.perf_counter() - start
+    took = time.process_time() - start
     assert p.fire_times == [T0 + 30 * 86400] and not p.missed_exact and p.missed_count >= CATCH_UP_MAX
-    assert took < 2.0, f"planning a month of per-second fire times took {took:.2f} s"
+    assert took < 2.0, f"planning a month of per-second fire times took {took:.2f} s of CPU"
 
 
 def test_a_daily_cron_down_for_three_days_runs_the_latest_under_latest() -> None:
