@@ -61,7 +61,9 @@ async def test_a_breaker_opened_through_one_node_holds_the_hosts_jobs_on_both_th
         async with JobDeckClient(a.url) as ca, JobDeckClient(b.url) as cb:
             await until(lambda: _two(ca), 30, "both agents to register")
             await ca.submit({"task": task, "queue": "hooks", "delay": 3600})  # the queue exists
-            await cb.update_queue("hooks", breaker_reset=3.0, breaker_min_requests=4)
+            # reset 10 s: the breaker must still be open while the held jobs are submitted and read (at CI's load
+            # that took over the 3 s it was, the trial began, and the jobs were no longer all held)
+            await cb.update_queue("hooks", breaker_reset=10.0, breaker_min_requests=4)
             failing = [await ca.submit({"task": task, "queue": "hooks", "max_attempts": 1}) for _ in range(4)]
             for j in failing:
                 assert (await ca.wait_for(j["id"], timeout=20))["state"] == "dead"
@@ -87,7 +89,7 @@ async def test_a_breaker_opened_through_one_node_holds_the_hosts_jobs_on_both_th
             assert len(flaky_host.hits) == sent_while_failing, "nothing is sent to the host while the breaker is open"
 
             flaky_host.failing = False
-            done = [await cb.wait_for(j["id"], timeout=30) for j in held]
+            done = [await cb.wait_for(j["id"], timeout=60) for j in held]
             assert [d["state"] for d in done] == ["succeeded"] * 6, done
             assert all(d["attempt"] == 1 for d in done), "each ran once: the wait cost no attempt"
             after = [t for t, _ in flaky_host.hits[sent_while_failing:]]
