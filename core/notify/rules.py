@@ -104,6 +104,12 @@ def describe(event: dict[str, Any]) -> tuple[str, str]:
         if data.get("error"):
             bits.append(f"error: {str(data['error'])[:300]}")
         return title, "; ".join(bits)
+    if t in ("schedule.missed", "schedule.skipped") and data.get("schedule_id") is not None:
+        n, what = data.get("count", 0), "missed" if t == "schedule.missed" else "skipped"
+        policy = f"catch-up {data.get('catch_up')}" if t == "schedule.missed" else f"overlap {data.get('overlap')}"
+        title = f"schedule {data['schedule_id']} {what} {n} fire time{'s' if n != 1 else ''} ({policy})"
+        times = ", ".join(str(x) for x in (data.get("fire_times") or [])[:5])
+        return title, f"{what}: {times}" + (" ..." if n > 5 else "") if times else title
     return t, ", ".join(f"{k}: {v}" for k, v in data.items() if not isinstance(v, dict | list))[:500] or t
 
 

@@ -160,3 +160,17 @@ def test_a_workflow_filter_takes_its_jobs_events_and_its_own() -> None:
     failed = {"seq": 3, "type": "workflow.failed", "data": {"workflow": {"id": 9, "name": "release"}}}
     assert kinds(on_event(r, s, failed, 1002.0)) == ["alert"]
     assert on_event(r, s, {**failed, "seq": 4, "data": {"workflow": {"id": 8}}}, 1003.0) == []
+
+
+def test_a_missed_schedule_alerts_with_its_count_and_a_schedule_filter_takes_only_its_own() -> None:
+    r, s = rule(events=("schedule.missed",), schedule_id=4), RuleState()
+
+    def missed(seq: int, schedule_id: int) -> dict[str, Any]:
+        return {"seq": seq, "type": "schedule.missed", "queue": "payments",
+                "data": {"schedule_id": schedule_id, "count": 12, "exact": True, "catch_up": "none",
+                         "fire_times": [f"2026-12-02T0{h}:00:00Z" for h in range(6)], "ran": []}}  # fmt: skip
+
+    assert on_event(r, s, missed(1, 5), 1000.0) == [], "another schedule's missed fire times"
+    [a] = on_event(r, s, missed(2, 4), 1001.0)
+    assert a.kind == "alert" and a.title == "schedule 4 missed 12 fire times (catch-up none)", a
+    assert a.text.startswith("missed: 2026-12-02T00:00:00Z, ") and a.text.endswith(" ..."), a.text
