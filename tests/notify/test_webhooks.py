@@ -4,9 +4,15 @@ checks every signature with the Standard Webhooks reference library; a real SMTP
 from __future__ import annotations
 
 import asyncio
+import ssl
+from pathlib import Path
+from typing import Any
 
 import orjson
+import pytest
 
+from tests.certs import ThrowawayCA
+from tests.conftest import Mailbox, free_port
 from tests.notify.conftest import Deck, Receiver, open_deck, wait_until
 
 
@@ -123,6 +129,56 @@ async def test_email_goes_through_a_real_smtp_server(deck: Deck, smtp_server: tu
     assert sorted(mail.rcpt_tos) == ["lead@example.com", "oncall@example.com"]
     text = mail.content.decode()
     assert "Subject: [JobDeck] disk full" in text and "node 3 is out of disk" in text
+
+
+async def test_email_over_starttls_with_a_login_reaches_a_server_that_requires_both(
+    deck: Deck, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default security (starttls) and a username/password, against an SMTP server that refuses
+    mail before STARTTLS and AUTH: a wrong password is a failed delivery with its error, the right one
+    delivers. The node trusts the server's throw-away CA through SSL_CERT_FILE, as a user's would."""
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult
+
+    ca = ThrowawayCA(tmp_path / "ca")
+    cert, key = ca.issue("127.0.0.1", "localhost")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca.cert))
+    logins: list[tuple[bytes, bool]] = []
+
+    def authenticator(server: Any, session: Any, envelope: Any, mechanism: str, auth: Any) -> AuthResult:
+        ok = (auth.login, auth.password) == (b"jobdeck", b"s3cret")
+        logins.append((auth.login, session.ssl is not None))
+        return AuthResult(success=ok)
+
+    box, port = Mailbox(), free_port()
+    ctl = Controller(box, hostname="127.0.0.1", port=port, tls_context=tls, require_starttls=True,
+                     authenticator=authenticator, auth_required=True, auth_require_tls=True)  # fmt: skip
+    ctl.start()
+    try:
+        base = {"kind": "email", "host": "127.0.0.1", "port": port, "sender": "jobdeck@example.com",
+                "to": ["oncall@example.com"], "username": "jobdeck", "max_attempts": 1}  # fmt: skip
+        bad = await deck.call(
+            "POST", "/v1/notifications/channels", {**base, "name": "bad-pass", "password": "nope", "timeout": 3}, 201
+        )
+        assert bad["config"]["security"] == "starttls" and "password" in bad["secrets_set"], bad
+        sent = await deck.call("POST", "/v1/notifications", {"channel_id": bad["id"], "title": "t", "text": "x"}, 202)
+        n = await wait_until(lambda: delivered(deck, sent["id"]), what="the refused login")
+        assert n["status"] != "delivered" and n["last_error"], n  # aiosmtpd answers a bad login slowly: a timeout
+        assert not box.messages, "nothing is delivered without the login"
+        good = await deck.call(
+            "POST", "/v1/notifications/channels", {**base, "name": "good-pass", "password": "s3cret"}, 201
+        )
+        sent = await deck.call("POST", "/v1/notifications", {"channel_id": good["id"], "title": "disk full",
+                                                             "text": "node 3"}, 202)  # fmt: skip
+        n = await wait_until(lambda: delivered(deck, sent["id"]), what="the mail over STARTTLS")
+        assert n["status"] == "delivered", n
+        [mail] = box.messages
+        assert "Subject: [JobDeck] disk full" in mail.content.decode()
+        assert logins and all(over_tls for _, over_tls in logins), "every login came after STARTTLS"
+    finally:
+        ctl.stop()
 
 
 async def test_a_rule_alerts_on_a_dead_job_once_per_window_then_sums_up(deck: Deck, receiver: Receiver) -> None:
