@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -342,3 +343,47 @@ async def test_a_schedule_that_pauses_itself_alerts_once_and_resuming_and_pausin
     sent = await deck.call("POST", "/v1/notifications", {"channel_id": ch["id"], "title": "marker"}, 202)
     got = await receiver.wait_for(2)
     assert got[1].headers["webhook-id"] == sent["message_id"], "the pause by hand alerted before the marker"
+
+
+async def test_a_receiver_that_never_answers_slows_neither_the_jobs_nor_the_other_channel(
+    deck: Deck, receiver: Receiver
+) -> None:
+    """Two rules on job.succeeded: one to the healthy channel alone (the same run's baseline), one to it
+    and to a channel whose receiver takes the connection and never answers (timeout 2 s, retried). The
+    jobs of the second queue finish and their healthy deliveries arrive about as fast as the first's."""
+    hung: list[asyncio.StreamWriter] = []
+
+    async def never_answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hung.append(writer)  # holds the connection open, reads nothing, answers nothing
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        healthy = await make_webhook(deck, receiver)
+        hanging = await deck.call("POST", "/v1/notifications/channels", {
+            "kind": "webhook", "name": "hangs", "url": f"http://127.0.0.1:{port}/hook", "timeout": 2,
+            "max_attempts": 3, "disable_after": 0}, 201)  # fmt: skip
+        for queue, channels in (("alone", [healthy["id"]]), ("beside", [healthy["id"], hanging["id"]])):
+            await deck.call("POST", "/v1/notifications/rules", {"name": f"ok-{queue}", "events": ["job.succeeded"],
+                            "filters": {"queue": queue}, "channels": channels, "window_seconds": 0}, 201)  # fmt: skip
+        n = 30
+        took = {}
+        for queue in ("alone", "beside"):
+            t0 = time.monotonic()
+            for _ in range(n):
+                await deck.call("POST", "/v1/jobs", {"queue": queue, "task": {"kind": "shell", "argv": ["true"]}}, 201)
+            await receiver.wait_for(n, timeout=60, what=lambda r, q=queue: (
+                (r.payload["data"].get("event") or {}).get("queue") == q))  # fmt: skip
+            took[queue] = time.monotonic() - t0
+        assert hung, "the hanging receiver was called"
+        # each delivery is a job.succeeded event: the jobs finished. Generous bound: waiting on the hanging
+        # receiver, one at a time, would add 2 s a delivery (60 s)
+        assert took["beside"] <= 3 * took["alone"] + 2.0, took
+        print(
+            f"{n} jobs and their healthy deliveries: {took['alone']:.2f} s alone, {took['beside']:.2f} s beside "
+            f"a receiver that never answers ({len(hung)} connections held)"
+        )
+    finally:
+        for w in hung:
+            w.close()
+        server.close()
