@@ -1,5 +1,5 @@
 """Schedules at scale: N schedules firing every minute on the same node(s), the lateness of each
-fire time (the job's created_at - its fire_time, both server clock) and the CPU the nodes use in
+fire time (when its run became claimable - the fire time; see below) and the CPU the nodes use in
 the firing minute, beside the same nodes' CPU over an idle stretch of the same run (the baseline).
 
 Each schedule is `* * * * *` with overlap allow (every minute makes a job: the heavier path) into a
