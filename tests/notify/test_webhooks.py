@@ -4,6 +4,7 @@ checks every signature with the Standard Webhooks reference library; a real SMTP
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 import time
 from pathlib import Path
@@ -75,6 +76,11 @@ async def test_a_failing_receiver_is_retried_with_backoff_until_it_answers(deck:
     assert len({r.headers["webhook-id"] for r in receiver.got}) == 1, "every attempt carries the same webhook-id"
 
 
+# How long the receiver stays down once the breaker is open: 3 s in the suite; the 60 s with
+# JOBDECK_TEST_RECEIVER_DOWN=60 (the same path: the breaker's cool-down doubles up to 60 s meanwhile).
+RECEIVER_DOWN = float(os.environ.get("JOBDECK_TEST_RECEIVER_DOWN", "3"))
+
+
 async def test_a_receiver_down_for_a_while_gets_every_delivery_afterwards(deck: Deck, receiver: Receiver) -> None:
     ch = await make_webhook(deck, receiver, max_attempts=3)
     await receiver.stop()
@@ -82,9 +88,9 @@ async def test_a_receiver_down_for_a_while_gets_every_delivery_afterwards(deck: 
            for i in range(20)]  # fmt: skip
     # the breaker opens after 5 failures: the others wait without spending their 3 attempts
     await wait_until(lambda: _breaker_open(deck, ch["id"]), what="the breaker to open")
-    await asyncio.sleep(3)
+    await asyncio.sleep(RECEIVER_DOWN)
     await receiver.start()
-    got = await receiver.wait_for(20, timeout=90, what=lambda r: r.payload["type"] == "jobdeck.test")
+    got = await receiver.wait_for(20, timeout=90 + RECEIVER_DOWN, what=lambda r: r.payload["type"] == "jobdeck.test")
     assert sorted({r.payload["data"]["title"] for r in got}) == sorted(f"n{i}" for i in range(20))
     for nid in ids:
         n = await wait_until(lambda nid=nid: delivered(deck, nid), what=f"notification {nid}")
