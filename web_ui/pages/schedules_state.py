@@ -43,6 +43,12 @@ def _fire_time(t: dict[str, Any], zone: str) -> dict[str, str]:
             "marks": f"({', '.join(marks)})" if marks else ""}  # fmt: skip
 
 
+def _command_text(s: dict[str, Any]) -> str:
+    """A schedule's shell task as the form's Command field shows it ('' for another kind of task)."""
+    task = (s.get("job") or {}).get("task") or {}
+    return shlex.join(task.get("argv") or []) or str(task.get("command") or "")
+
+
 def _number_text(v: Any) -> str:
     """A policy number as the form shows it: 3600.0 -> '3600', None -> ''."""
     return "" if v is None else f"{v:g}"
@@ -283,7 +289,7 @@ class SchedulesState(AppState):
         job = s.get("job") or {}
         task = job.get("task") or {}
         self.s_name, self.s_cron, self.s_timezone = s.get("name", ""), s.get("cron") or "", s.get("timezone") or "UTC"
-        self.s_command = shlex.join(task.get("argv") or []) or str(task.get("command") or "")
+        self.s_command = _command_text(s)
         self.s_queue = str(job.get("queue") or "default")
         kind = task.get("kind") if job else "workflow" if s.get("workflow") else None
         self.s_command_hint = (
@@ -328,7 +334,7 @@ class SchedulesState(AppState):
             argv, errors["command"] = [], f"cannot split the command: {exc}"
         orig = self._original
         templated = not self.editing or "workflow" not in orig or orig.get("job") is not None
-        was = self._original_command()
+        was = _command_text(self._original)
         if not argv and "command" not in errors and templated and (not self.editing or self.s_command != was):
             errors["command"] = "a command is needed"
         body: dict[str, Any] = {"name": self.s_name.strip(), "cron": self.s_cron, "timezone": self.s_timezone,
@@ -361,10 +367,6 @@ class SchedulesState(AppState):
             job["queue"] = self.s_queue.strip() or "default"
             changes["job"] = job
         return changes, errors
-
-    def _original_command(self) -> str:
-        task = (self._original.get("job") or {}).get("task") or {}
-        return shlex.join(task.get("argv") or []) or str(task.get("command") or "")
 
     async def save(self) -> Any:
         body, errors = self._body()
