@@ -25,6 +25,7 @@ BACKFILL_EVENTS = 20_000  # events replayed at start so the charts have a histor
 SAMPLE_SECONDS = 2.0  # how often queue depths and counters are sampled
 CHANGES_KEPT = 5_000
 ALERT_SHOWN_FOR = 900.0  # seconds the banner shows the latest alert (a newer one or a resolve replaces it)
+ALERTS_KEPT = 64
 
 
 @dataclass(slots=True)
@@ -62,7 +63,9 @@ class Hub:
         self._cond = asyncio.Condition()
         self._stats_dirty = True
         self.app: Any = None  # the rx.App, to know which browser sessions are still connected
-        self.alert: tuple[float, str, str] | None = None  # the latest notify.alert: (time, title, kind)
+        # the latest notify.alerts, newest last: (time, title, kind, queue); each session shows the newest
+        # one whose queue its user may see (the hub follows the feed with the service token, which sees all)
+        self.alerts: deque[tuple[float, str, str, str | None]] = deque(maxlen=ALERTS_KEPT)
         self._alerts_seen: deque[str] = deque(maxlen=256)  # alert ids shown: a repeated one is not shown again
 
     # -- what the sessions' live loops use
@@ -82,12 +85,17 @@ class Hub:
             return None
         return [c for c in self.changes if c.version > version]
 
-    def alert_now(self) -> tuple[str, str, float]:
-        """The banner: the latest alert's title, kind and when it came while it is recent ("", "", 0
-        when there is none). Each browser session dismisses it for itself (by that time)."""
-        if self.alert is None or time.time() - self.alert[0] > ALERT_SHOWN_FOR:
-            return "", "", 0.0
-        return self.alert[1], self.alert[2], self.alert[0]
+    def alert_now(self, sees: Callable[[str | None], bool] = lambda queue: True) -> tuple[str, str, float]:
+        """The banner: the latest recent alert whose queue `sees` admits (a queue-less one is everyone's),
+        as its title, kind and when it came ("", "", 0 when there is none). Each browser session
+        dismisses it for itself (by that time)."""
+        oldest = time.time() - ALERT_SHOWN_FOR
+        for at, title, kind, queue in reversed(self.alerts):
+            if at < oldest:
+                break
+            if queue is None or sees(queue):
+                return title, kind, at
+        return "", "", 0.0
 
     def session_connected(self, token: str) -> bool:
         """Whether a browser tab (Reflex client token) still has its socket."""
@@ -110,7 +118,9 @@ class Hub:
         if etype == "notify.alert" and live:
             data = event.get("data") or {}
             if first_sight(self._alerts_seen, data.get("id")):
-                self.alert = (time.time(), str(data.get("title") or ""), str(data.get("kind") or "alert"))
+                queue = event.get("queue")
+                self.alerts.append((time.time(), str(data.get("title") or ""), str(data.get("kind") or "alert"),
+                                    None if queue is None else str(queue)))  # fmt: skip
         if live:
             self.changes.append(Change(self.version + 1, etype, event.get("job_id"), event.get("queue")))
             if etype.startswith(("job.", "queue.")):

@@ -72,9 +72,13 @@ class AppState(rx.State):
             return "sign in first"
         if action not in self.allowed:
             return f"your role ({self.role}) may not {ACTIONS.get(action, action)}"
-        if queue is not None and not any(fnmatch.fnmatchcase(queue, p) for p in self.queue_patterns):
+        if queue is not None and not self.sees_queue(queue):
             return f"your teams may not act on queue {queue}"
         return ""
+
+    def sees_queue(self, queue: str | None) -> bool:
+        """Whether this user's teams cover `queue` (a queue-less thing is everyone's)."""
+        return queue is None or any(fnmatch.fnmatchcase(queue, p) for p in self.queue_patterns)
 
     async def _fetch_or_fail(self) -> Any:
         """Read the page again (`fetch`); a toast (see `failed`) if the core refuses or is away."""
@@ -118,7 +122,7 @@ class AppState(rx.State):
 
     def dismiss_alert(self) -> None:
         """Hide the banner's alert in this session only (a newer alert shows again)."""
-        self.alert_dismissed_at = HUB.alert_now()[2]
+        self.alert_dismissed_at = HUB.alert_now(self.sees_queue)[2]
         self.alert_title, self.alert_kind = "", ""
 
     @rx.var
@@ -234,7 +238,7 @@ class AppState(rx.State):
                     self.core_error = "" if HUB.connected else (HUB.error or "the core does not answer")
                     self.last_seq = HUB.last_seq
                     self.live_version = version
-                    title, kind, at = HUB.alert_now()
+                    title, kind, at = HUB.alert_now(self.sees_queue)
                     shown = at != self.alert_dismissed_at
                     self.alert_title, self.alert_kind = (title, kind) if shown else ("", "")
                     try:

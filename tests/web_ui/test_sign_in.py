@@ -142,6 +142,25 @@ def test_an_operator_acts_only_on_its_teams_queues(signed_in: Callable[..., Page
     assert len(admin(core, "list_jobs")["jobs"]) == before
 
 
+def test_the_alert_banner_shows_an_operator_only_its_teams_alerts(signed_in: Callable[..., Page],
+                                                                  secured: tuple[ServerProcess, str]) -> None:  # fmt: skip
+    """The dashboard follows the feed with its service token (which sees every queue); a session's banner
+    must still show only alerts of queues its user's teams cover (as the core's own feed would)."""
+    core = secured[0]
+    channel = admin(core, "create_channel", {"kind": "webhook", "name": "nowhere", "url": "http://127.0.0.1:9/hook"})
+    admin(core, "create_alert_rule", {"name": "any-dead", "events": ["job.dead"], "channels": [channel["id"]],
+                                      "window_seconds": 0})  # fmt: skip
+    dying = {"max_attempts": 1, "task": {"kind": "shell", "argv": ["false"]}}
+    boss, operator = signed_in("admin"), signed_in("operator")
+    mine = admin(core, "submit", {**dying, "name": "refund-batch", "queue": "payments"})
+    expect(operator.locator("#alert-banner")).to_contain_text(f"job {mine['id']} refund-batch", timeout=30_000)
+    theirs = admin(core, "submit", {**dying, "name": "ledger-close", "queue": "default"})
+    expect(boss.locator("#alert-banner")).to_contain_text(f"job {theirs['id']} ledger-close", timeout=30_000)
+    operator.reload()  # the newest alert is of queue default, not the payments team's: the operator keeps its own
+    expect(operator.locator("#alert-banner")).to_contain_text(f"job {mine['id']} refund-batch", timeout=30_000)
+    expect(operator.locator("#alert-banner")).not_to_contain_text("ledger-close")
+
+
 def test_an_admin_drains_an_agent(signed_in: Callable[..., Page]) -> None:
     """Last in this module: the core's only agent takes no more work after it."""
     page = signed_in("admin", "/agents")
