@@ -132,3 +132,53 @@ def test_the_form_sets_policies_and_an_edit_changes_only_what_was_changed(
     after = api(web, "get_schedule", http["id"])
     assert after["cron"] == "15 * * * *" and after["overlap"] == "allow", after
     assert after["job"] == http["job"], (after["job"], http["job"])
+
+
+def test_the_form_makes_interval_and_one_time_schedules_and_switches_an_edit_to_cron(
+    open_page: OpenPage, web: Dashboard
+) -> None:
+    page = open_page("/schedules")
+    page.locator("#new-schedule").click()
+    form = page.get_by_role("dialog")
+    form.get_by_label("Name").fill("web-every")
+    form.get_by_label("Command").fill("echo every")
+    page.locator("#s-timing").click()
+    page.get_by_role("option", name="interval").click()
+    form.get_by_label("Every (seconds)").fill("soon")
+    expect(page.locator("#s-error-interval")).to_contain_text("a number of seconds")
+    page.locator("#s-save").click()
+    assert not [s for s in api(web, "schedules") if s["name"] == "web-every"], "an unreadable interval writes nothing"
+    form.get_by_label("Every (seconds)").fill("90")
+    expect(page.locator("#fire-times li")).to_have_count(5, timeout=10_000)
+    page.locator("#s-save").click()
+    row = page.locator("#schedules-table tr", has_text="web-every")
+    expect(row).to_contain_text("every 90s")
+    every = next(s for s in api(web, "schedules") if s["name"] == "web-every")
+    assert every["interval"] == 90 and every.get("cron") is None, every
+
+    # one time, in Paris: stored as that instant
+    at = (datetime.now(PARIS) + timedelta(days=2)).replace(hour=9, minute=30, second=0, microsecond=0)
+    page.locator("#new-schedule").click()
+    form.get_by_label("Name").fill("web-once")
+    form.get_by_label("Command").fill("echo once")
+    page.locator("#s-timing").click()
+    page.get_by_role("option", name="once").click()
+    page.locator("#s-timezone").click()
+    page.get_by_role("option", name="Europe/Paris").click()
+    form.get_by_label("At (in the time zone)").fill(local(at))
+    expect(page.locator("#fire-times li")).to_have_count(1, timeout=10_000)
+    page.locator("#s-save").click()
+    expect(page.locator("#schedules-table tr", has_text="web-once")).to_be_visible()
+    once = next(s for s in api(web, "schedules") if s["name"] == "web-once")
+    assert datetime.fromisoformat(once["at"].replace("Z", "+00:00")) == at, (once["at"], at.isoformat())
+
+    # editing the interval schedule into a cron one sends the cron and keeps the rest
+    row.get_by_role("button", name="Edit").click()
+    expect(form.get_by_label("Every (seconds)")).to_have_value("90")
+    page.locator("#s-timing").click()
+    page.get_by_role("option", name="cron").click()
+    form.get_by_label("Cron (min hour day month weekday)").fill("0 6 * * *")
+    page.locator("#s-save").click()
+    expect(row).to_contain_text("0 6 * * *")
+    after = api(web, "get_schedule", every["id"])
+    assert after["cron"] == "0 6 * * *" and after.get("interval") is None and after["job"] == every["job"], after

@@ -1,6 +1,6 @@
 """Schedules: the list (policies, fired / skipped / missed counts, why one paused itself) with
-pause / resume / run now / delete, a create-and-edit form whose cron field shows the next five fire
-times, in the chosen zone, as you type, and a schedule's details (web_ui/pages/schedule_detail.py)."""
+pause / resume / run now / delete, a create-and-edit form (a cron field, every N seconds, or once at
+a time) that shows the next five fire times, in the chosen zone, as you type, and a schedule's details (web_ui/pages/schedule_detail.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import reflex as rx
 
 from web_ui.layout import layout
 from web_ui.pages.schedule_detail import field_error, labelled_select, schedule_detail
-from web_ui.pages.schedules_state import CATCH_UPS, OVERLAPS, ZONES, SchedulesState
+from web_ui.pages.schedules_state import CATCH_UPS, OVERLAPS, TIMINGS, ZONES, SchedulesState
 from web_ui.state import AppState
 
 __all__ = ["SchedulesState", "schedules_page"]
@@ -38,12 +38,43 @@ def _form() -> rx.Component:
                 rx.vstack(
                     _input("Name", "name", SchedulesState.s_name, lambda v: SchedulesState.set_field("s_name", v)),
                     rx.hstack(
-                        _input(
-                            "Cron (min hour day month weekday)",
-                            "cron",
-                            SchedulesState.s_cron,
-                            SchedulesState.set_cron,
-                            debounce_timeout=150,
+                        labelled_select(
+                            "Runs",
+                            "s-timing",
+                            TIMINGS,
+                            SchedulesState.s_timing,
+                            SchedulesState.set_timing,
+                            rx.fragment(),
+                        ),
+                        rx.match(
+                            SchedulesState.s_timing,
+                            (
+                                "interval",
+                                _input(
+                                    "Every (seconds)",
+                                    "interval",
+                                    SchedulesState.s_interval,
+                                    SchedulesState.set_interval,
+                                    debounce_timeout=150,
+                                ),
+                            ),
+                            (
+                                "once",
+                                _input(
+                                    "At (in the time zone)",
+                                    "at",
+                                    SchedulesState.s_at,
+                                    SchedulesState.set_at,
+                                    type="datetime-local",
+                                ),
+                            ),
+                            _input(
+                                "Cron (min hour day month weekday)",
+                                "cron",
+                                SchedulesState.s_cron,
+                                SchedulesState.set_cron,
+                                debounce_timeout=150,
+                            ),
                         ),
                         labelled_select(
                             "Time zone",

@@ -19,8 +19,9 @@ from web_ui.state import AppState, page_state, set_editable
 ZONES = ("UTC", "Europe/Paris", "Europe/London", "Europe/Berlin", "America/New_York", "America/Chicago",
          "America/Los_Angeles", "America/Sao_Paulo", "Asia/Tokyo", "Asia/Kolkata", "Asia/Singapore",
          "Australia/Sydney")  # fmt: skip
-FORM_FIELDS = ("name", "cron", "timezone", "command", "queue", "overlap", "catch_up", "catch_up_window", "jitter",
-               "pause_after_failures", "exclude_dates", "exclude_cron")  # fmt: skip
+FORM_FIELDS = ("name", "cron", "interval", "at", "timezone", "command", "queue", "overlap", "catch_up",
+               "catch_up_window", "jitter", "pause_after_failures", "exclude_dates", "exclude_cron")  # fmt: skip
+TIMINGS = ("cron", "interval", "once")  # the form's timing kinds: a cron field, every N seconds, one time
 OVERLAPS = ("skip", "buffer_one", "buffer_all", "cancel_previous", "allow")
 CATCH_UPS = ("latest", "none", "all")
 # the form's policy text fields: (state var, API field, parse); a blank one means the default on create
@@ -49,6 +50,14 @@ def _command_text(s: dict[str, Any]) -> str:
     return shlex.join(task.get("argv") or []) or str(task.get("command") or "")
 
 
+def _local_at(at: Any, zone: str) -> str:
+    """A one-time schedule's `at` as the form's date-time field shows it, in the schedule's zone."""
+    if not at:
+        return ""
+    instant = datetime.fromisoformat(str(at).replace("Z", "+00:00"))
+    return instant.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%dT%H:%M")
+
+
 def _number_text(v: Any) -> str:
     """A policy number as the form shows it: 3600.0 -> '3600', None -> ''."""
     return "" if v is None else f"{v:g}"
@@ -73,7 +82,10 @@ class SchedulesState(AppState):
     editing: int = 0  # the schedule being edited; 0: a new one
     form_open: bool = False
     s_name: str = ""
+    s_timing: str = "cron"  # one of TIMINGS
     s_cron: str = "*/5 * * * *"
+    s_interval: str = ""  # seconds
+    s_at: str = ""  # YYYY-MM-DDTHH:MM in s_timezone
     s_timezone: str = "UTC"
     s_command: str = ""
     s_queue: str = "default"
@@ -230,15 +242,37 @@ class SchedulesState(AppState):
 
     # -- the form
 
+    def _timing(self) -> tuple[dict[str, Any], str]:
+        """The form's timing as the API takes it (`{}` while its field is blank), or why it cannot be read."""
+        if self.s_timing == "interval":
+            text = self.s_interval.strip()
+            try:
+                return ({"interval": float(text)} if text else {}), ""
+            except ValueError:
+                return {}, "interval: a number of seconds, e.g. 90"
+        if self.s_timing == "once":
+            text = self.s_at.strip()
+            try:
+                at = datetime.fromisoformat(text).replace(tzinfo=ZoneInfo(self.s_timezone)) if text else None
+            except ValueError:
+                return {}, "at: a date and time, e.g. 2027-01-31T09:30"
+            return ({"at": at.isoformat()} if at else {}), ""
+        return ({"cron": self.s_cron} if self.s_cron.strip() else {}), ""
+
     async def preview(self) -> None:
-        """The next five fire times of the cron field in the chosen zone, the exclusions applied
+        """The next five fire times of the timing in the chosen zone, the exclusions applied
         (an excluded one is marked), or the server's reason why not."""
-        fields = ("cron", "timezone", "exclude_dates", "exclude_cron")
+        fields = ("cron", "interval", "at", "timezone", "exclude_dates", "exclude_cron")
         self.errors = {k: v for k, v in self.errors.items() if k not in fields}
-        if not self.s_cron.strip():
+        kind = {"cron": "cron", "interval": "interval", "once": "at"}[self.s_timing]
+        given, unreadable = self._timing()
+        if unreadable:
+            self.errors, self.fire_times = {**self.errors, kind: unreadable}, []
+            return
+        if not given:
             self.fire_times = []
             return
-        timing: dict[str, Any] = {"cron": self.s_cron, "timezone": self.s_timezone}
+        timing: dict[str, Any] = {**given, "timezone": self.s_timezone}
         if dates := self._exclude_dates():
             timing["exclude_dates"] = dates
         if self.s_exclude_cron.strip():
@@ -247,14 +281,14 @@ class SchedulesState(AppState):
             got = await self.client().preview_timing(timing, n=5)
         except InvalidInput as exc:
             field = (exc.field or "").split("[")[0]
-            self.errors = {**self.errors, field if field in fields else "cron": exc.message}
+            self.errors = {**self.errors, field if field in fields else kind: exc.message}
             self.fire_times = []
             return
         except JobDeckError as exc:
             if exc.status in (404, 405):
-                self.errors = {**self.errors, "cron": "this core cannot preview a cron field yet"}
+                self.errors = {**self.errors, kind: "this core cannot preview fire times yet"}
             else:
-                self.errors = {**self.errors, "cron": exc.message}
+                self.errors = {**self.errors, kind: exc.message}
             self.fire_times = []
             return
         self.fire_times = [_fire_time(t, self.s_timezone) for t in got.get("fire_times", [])]
@@ -274,6 +308,18 @@ class SchedulesState(AppState):
         self.s_cron = value
         await self.preview()
 
+    async def set_timing(self, value: str) -> None:
+        self.s_timing = value if value in TIMINGS else "cron"
+        await self.preview()
+
+    async def set_interval(self, value: str) -> None:
+        self.s_interval = value
+        await self.preview()
+
+    async def set_at(self, value: str) -> None:
+        self.s_at = value
+        await self.preview()
+
     async def set_timezone(self, value: str) -> None:
         self.s_timezone = value
         await self.preview()
@@ -289,6 +335,11 @@ class SchedulesState(AppState):
         job = s.get("job") or {}
         task = job.get("task") or {}
         self.s_name, self.s_cron, self.s_timezone = s.get("name", ""), s.get("cron") or "", s.get("timezone") or "UTC"
+        self.s_timing = (
+            "cron" if s.get("cron") else "interval" if s.get("interval") else "once" if s.get("at") else "cron"
+        )
+        self.s_interval = _number_text(s.get("interval"))
+        self.s_at = _local_at(s.get("at"), self.s_timezone)
         self.s_command = _command_text(s)
         self.s_queue = str(job.get("queue") or "default")
         kind = task.get("kind") if job else "workflow" if s.get("workflow") else None
@@ -337,7 +388,13 @@ class SchedulesState(AppState):
         was = _command_text(self._original)
         if not argv and "command" not in errors and templated and (not self.editing or self.s_command != was):
             errors["command"] = "a command is needed"
-        body: dict[str, Any] = {"name": self.s_name.strip(), "cron": self.s_cron, "timezone": self.s_timezone,
+        timing, unreadable = self._timing()
+        kind = {"cron": "cron", "interval": "interval", "once": "at"}[self.s_timing]
+        if unreadable or not timing:
+            errors[kind] = unreadable or {"cron": "a cron field is needed, e.g. */5 * * * *",
+                                          "interval": "interval: how many seconds between runs",
+                                          "at": "at: when it runs (a date and time)"}[kind]  # fmt: skip
+        body: dict[str, Any] = {"name": self.s_name.strip(), **timing, "timezone": self.s_timezone,
                                 "overlap": self.s_overlap, "catch_up": self.s_catch_up,
                                 "exclude_cron": self.s_exclude_cron.strip(),
                                 "exclude_dates": self._exclude_dates()}  # fmt: skip
@@ -356,8 +413,8 @@ class SchedulesState(AppState):
                 del body["exclude_cron"]
             return body, errors
         changes = {k: v for k, v in body.items() if v != (orig.get(k) if k != "exclude_cron" else orig.get(k) or "")}
-        if not self.s_cron.strip() and not orig.get("cron"):  # an interval or one-time schedule keeps its timing
-            changes.pop("cron", None)
+        if "at" in changes and orig.get("at") and _local_at(orig["at"], self.s_timezone) == self.s_at.strip():
+            del changes["at"]  # the same minute as read (the form shows minutes; the API answers with seconds)
         job = dict(orig.get("job") or {})
         if not templated:  # a workflow schedule: the form edits its timing and policies, not its workflow
             return changes, errors
