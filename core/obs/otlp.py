@@ -29,6 +29,16 @@ Record = tuple[str, int, int, int, int, int, Mapping[str, Any], Sequence[tuple[s
 
 _fixed64 = struct.Struct("<Q").pack
 _double = struct.Struct("<d").pack
+# a span's ids (trace_id 1, span_id 2, parent_span_id 4: big-endian bytes) and its kind and times
+# (kind 6 = INTERNAL, start 7 and end 8: fixed64), each packed in one call
+_ids = struct.Struct(">HQQHQ").pack
+_ids_parent = struct.Struct(">HQQHQHQ").pack
+_times = struct.Struct("<3sQBQ").pack
+_HIGH, _LOW = 0x0A10, 0x1208  # the tag and length bytes of trace_id (16 bytes) and span_id (8)
+_PARENT = 0x2208
+_KIND_START = b"\x30\x01\x39"
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+_CACHED = 8192  # encoded strings and (key, value) attributes kept: names, keys, queues, agents, attempts
 
 
 def _varint(n: int) -> bytes:
@@ -59,7 +69,7 @@ def _any_value(v: Any) -> bytes:
     if isinstance(v, bool):
         return b"\x10\x01" if v else b"\x10\x00"
     if isinstance(v, int):
-        return b"\x18" + _varint(v & 0xFFFFFFFFFFFFFFFF)
+        return b"\x18" + _varint(v & _MASK64)
     if isinstance(v, float):
         return b"\x21" + _double(v)
     if isinstance(v, str):
@@ -69,47 +79,72 @@ def _any_value(v: Any) -> bytes:
     return _field(0x0A, str(v).encode())
 
 
-@functools.lru_cache(maxsize=8192)
 def _key_value(tag: int, key: str, value: Any) -> bytes:
-    """A KeyValue (key 1, value 2) as field `tag`: attempts, queues, agents, outcomes repeat, so a
-    (key, value) pair is encoded once."""
+    """A KeyValue (key 1, value 2) as field `tag`."""
     return _field(tag, _text(0x0A, key) + _field(0x12, _any_value(value)))
 
 
-def _attributes(tag: int, attrs: Mapping[str, Any]) -> bytes:
-    """Repeated KeyValue as field `tag` of the enclosing message."""
+_span_keys: dict[str, bytes] = {}  # an attribute key as KeyValue.key (field 1)
+_span_pairs: dict[tuple[str, type, Any], bytes] = {}  # a (key, type, value) attribute as Span.attributes (field 9)
+
+
+def _span_attributes(attrs: Mapping[str, Any]) -> bytes:
+    """A span's attributes (Span.attributes = 9, repeated KeyValue). Ids (non-negative ints past one
+    byte) are never the same twice: written at once; the rest (attempts, queues, agents, outcomes)
+    repeat, so each (key, value) is encoded once."""
     parts = []
+    pairs = _span_pairs
     for k, v in attrs.items():
-        if type(v) is int and v >= 0:  # ids: never the same twice, so not worth a cache entry
-            value = b"\x18" + _varint(v)
-            body = _text(0x0A, k) + bytes((0x12, len(value))) + value
-            parts.append(_field(tag, body))
-        elif type(v) is str and len(v) > 64:
-            parts.append(_field(tag, _text(0x0A, k) + _field(0x12, _any_value(v))))
-        else:
-            try:
-                parts.append(_key_value(tag, k, v))
-            except TypeError:  # unhashable (a list)
-                parts.append(_field(tag, _text(0x0A, k) + _field(0x12, _any_value(v))))
+        if type(v) is int and v >= 0x80:
+            key = _span_keys.get(k)
+            if key is None:
+                key = _span_keys[k] = _text(0x0A, k) if len(_span_keys) < _CACHED else _field(0x0A, k.encode())
+            value = _varint(v)  # AnyValue.int_value = 3: [0x18, varint]
+            n = len(key) + len(value) + 3
+            parts.append(bytes((0x4A, n)) + key + bytes((0x12, len(value) + 1, 0x18)) + value if n < 0x80
+                         else _key_value(0x4A, k, v))  # fmt: skip
+            continue
+        try:
+            kv = pairs.get((k, type(v), v))  # the type too: True == 1 == 1.0
+        except TypeError:  # unhashable (a list)
+            parts.append(_key_value(0x4A, k, v))
+            continue
+        if kv is None:
+            kv = _key_value(0x4A, k, v)
+            if len(pairs) < _CACHED and not (type(v) is str and len(v) > 64):
+                pairs[(k, type(v), v)] = kv
+        parts.append(kv)
     return b"".join(parts)
+
+
+def _attributes(tag: int, attrs: Mapping[str, Any]) -> bytes:
+    """Repeated KeyValue as field `tag` of the enclosing message (the resource's: once a batch)."""
+    return b"".join(_key_value(tag, k, v) for k, v in attrs.items())
+
+
+_names: dict[str, bytes] = {}  # a span name as Span.name (field 5)
 
 
 def _span(r: Record) -> bytes:
     name, trace_id, span_id, parent_id, start, end, attrs, events, error = r
-    parts = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08", span_id.to_bytes(8, "big")]
-    if parent_id:
-        parts += (b"\x22\x08", parent_id.to_bytes(8, "big"))
-    parts += (_text(0x2A, name), b"\x30\x01\x39", _fixed64(start), b"\x41", _fixed64(end), _attributes(0x4A, attrs))
+    head = (_ids_parent(_HIGH, trace_id >> 64, trace_id & _MASK64, _LOW, span_id, _PARENT, parent_id) if parent_id
+            else _ids(_HIGH, trace_id >> 64, trace_id & _MASK64, _LOW, span_id))  # fmt: skip
+    named = _names.get(name)
+    if named is None:
+        named = _names[name] = _text(0x2A, name) if len(_names) < _CACHED else _field(0x2A, name.encode())
+    body = head + named + _times(_KIND_START, start, 0x41, end) + _span_attributes(attrs)
     for event, at in events:  # Event: time_unix_nano 1 (fixed64), name 2
-        parts.append(_field(0x5A, b"\x09" + _fixed64(at) + _text(0x12, event)))
+        body += _field(0x5A, b"\x09" + _fixed64(at) + _text(0x12, event))
     if error is not None:  # Status: message 2, code 3 (ERROR = 2)
-        parts.append(_field(0x7A, _field(0x12, error.encode()) + b"\x18\x02"))
-    return _field(0x12, b"".join(parts))  # ScopeSpans.spans = 2
+        body += _field(0x7A, _field(0x12, error.encode()) + b"\x18\x02")
+    n = len(body)  # ScopeSpans.spans = 2
+    return (bytes((0x12, n)) if n < 0x80 else bytes((0x12, (n & 0x7F) | 0x80, n >> 7)) if n < 0x4000
+            else b"\x12" + _varint(n)) + body  # fmt: skip
 
 
 def encode(records: Iterable[Record], resource: Mapping[str, Any], scope: str = "jobdeck") -> bytes:
     """An ExportTraceServiceRequest holding `records`, all of one resource and instrumentation scope."""
-    scope_spans = _field(0x0A, _text(0x0A, scope)) + b"".join(_span(r) for r in records)
+    scope_spans = _field(0x0A, _text(0x0A, scope)) + b"".join([_span(r) for r in records])
     resource_spans = _field(0x0A, _attributes(0x0A, resource)) + _field(0x12, scope_spans)
     return _field(0x0A, resource_spans)
 

@@ -23,11 +23,10 @@ resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and the OTLP/HTTP client.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from core.errors import InvalidInput
@@ -40,10 +39,6 @@ if TYPE_CHECKING:
 MODES = ("off", "otlp", "console")
 
 
-def _ns(seconds: float) -> int:
-    return int(seconds * 1e9)
-
-
 def traceparent_of(span: Any) -> str:
     """The W3C traceparent of an OpenTelemetry span's context (or of a `RunSpan`)."""
     if isinstance(span, RunSpan):
@@ -53,19 +48,41 @@ def traceparent_of(span: Any) -> str:
 
 
 PARENTS_KEPT = 4096  # parsed traceparents: a batch's jobs share their submit's
+_parents: dict[str, tuple[int, int, bool] | None] = {}
+_rand = random.getrandbits
 
 
-@functools.lru_cache(maxsize=PARENTS_KEPT)
 def _parsed(traceparent: str | None) -> tuple[int, int, bool] | None:
-    """(trace id, span id, sampled) of a stored traceparent, or None if it is not a valid one."""
-    if not traceparent or logs.trace_id_of(traceparent) is None:
+    """(trace id, span id, sampled) of a stored traceparent, or None if it is not a valid one: each
+    is parsed once (a node's own submits are known without a parse, see `_known`)."""
+    if not traceparent:
         return None
-    _, tid, sid, flags = traceparent.strip().split("-", 3)
-    return int(tid, 16), int(sid, 16), bool(int(flags[:2], 16) & 1)
+    try:
+        return _parents[traceparent]
+    except KeyError:
+        pass
+    if logs.trace_id_of(traceparent) is None:
+        parent = None
+    else:
+        _, tid, sid, flags = traceparent.strip().split("-", 3)
+        parent = int(tid, 16), int(sid, 16), bool(int(flags[:2], 16) & 1)
+    if len(_parents) >= PARENTS_KEPT:
+        _parents.clear()
+    _parents[traceparent] = parent
+    return parent
+
+
+def _known(trace_id: int, span_id: int) -> str:
+    """The sampled traceparent of a span this process made, remembered as parsed."""
+    tp = f"00-{trace_id:032x}-{span_id:016x}-01"
+    if len(_parents) >= PARENTS_KEPT:
+        _parents.clear()
+    _parents[tp] = (trace_id, span_id, True)
+    return tp
 
 
 def _new_id(bits: int) -> int:
-    while not (n := random.getrandbits(bits)):
+    while not (n := _rand(bits)):
         pass
     return n
 
@@ -78,10 +95,70 @@ class RunSpan:
 
     def __init__(self, trace_id: int, span_id: int, attributes: dict[str, Any]) -> None:
         self.trace_id, self.span_id, self.attributes = trace_id, span_id, attributes
-        self.traceparent = f"00-{trace_id:032x}-{span_id:016x}-01"
+        self.traceparent = _known(trace_id, span_id)
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.attributes[key] = value
+
+
+class _Untraced:
+    """The context of a step that is not traced: yields what it was given, records nothing."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+    def __enter__(self) -> Any:
+        return self.value
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NONE = _Untraced()
+
+
+class _Submit:
+    """Around a submit (Tracing.submit): its span is recorded when it ends."""
+
+    __slots__ = ("jobs", "parent", "sid", "sink", "started", "tid")
+
+    def __init__(self, sink: Any, jobs: int, tid: int, parent: int) -> None:
+        self.sink, self.jobs, self.tid, self.parent = sink, jobs, tid, parent
+        self.sid = _new_id(64)
+        self.started = time.time_ns()
+
+    def __enter__(self) -> str:
+        return _known(self.tid, self.sid)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        error = None if kind is None else f"{kind.__name__}: {exc}"
+        self.sink.add(("jobdeck.submit", self.tid, self.sid, self.parent, self.started, time.time_ns(),
+                       {"jobdeck.jobs": self.jobs}, (), error))  # fmt: skip
+
+
+class _Run:
+    """Around a run on an agent (Tracing.run): the run's span is the current context inside."""
+
+    __slots__ = ("parent", "sink", "span", "started", "token", "tracing")
+
+    def __init__(self, tracing: Tracing, span: RunSpan, parent: int) -> None:
+        self.tracing, self.span, self.parent, self.sink = tracing, span, parent, tracing.sink
+        self.started = time.time_ns()
+
+    def __enter__(self) -> RunSpan:
+        t, span = self.tracing, self.span
+        own = t._SpanContext(span.trace_id, span.span_id, False, t._sampled)
+        self.token = t._attach(t._set_span(t._NonRecordingSpan(own)))
+        return span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self.tracing._detach(self.token)
+        span = self.span
+        error = None if kind is None else f"{kind.__name__}: {exc}"
+        self.sink.add(("jobdeck.run", span.trace_id, span.span_id, self.parent, self.started, time.time_ns(),
+                       span.attributes, (), error))  # fmt: skip
 
 
 class _SdkSink:
@@ -129,20 +206,32 @@ class Tracing:
     A step's span is a tuple handed to the sink (JobDeck's OTLP encoder, core/obs/otlp.py, or an SDK
     provider's processors): the SDK's per-span machinery (a Span object, attribute cleaning, a
     protobuf object per attribute) cost more than the rest of a job. The provider's sampler decides;
-    with a parent-based one (the default) a job's spans follow its stored traceparent's sampled bit."""
+    with a parent-based one (the default) a job's spans follow its stored traceparent's sampled bit,
+    and a root's decision by trace id ratio (or always on / off) is made here without a call into it."""
 
     def __init__(self, provider: Any = None, sink: Any = None) -> None:
         self.provider = provider
         self.sink: Any = None
         self.sampler: Any = None
         self._follows_parent = False
+        self._root_bound: int | None = None  # a root is kept when (trace id & 2**64 - 1) < this; None: ask
         self._shut = False
         if provider is not None:
-            from opentelemetry.sdk.trace.sampling import ParentBased
+            from opentelemetry import context, trace
+            from opentelemetry.sdk.trace.sampling import ParentBased, StaticSampler, TraceIdRatioBased
 
             self.sink = sink if sink is not None else _SdkSink(provider)
             self.sampler = provider.sampler
             self._follows_parent = isinstance(self.sampler, ParentBased)
+            root = getattr(self.sampler, "_root", None) if self._follows_parent else self.sampler
+            if type(root) is TraceIdRatioBased:
+                self._root_bound = root.bound
+            elif type(root) is StaticSampler:
+                self._root_bound = (1 << 64) if root._decision.is_sampled() else 0  # type: ignore[no-untyped-call]
+            # what a run's context is made of, looked up once
+            self._SpanContext, self._NonRecordingSpan = trace.SpanContext, trace.NonRecordingSpan
+            self._set_span, self._attach, self._detach = trace.set_span_in_context, context.attach, context.detach
+            self._sampled = trace.TraceFlags(trace.TraceFlags.SAMPLED)
 
     @property
     def enabled(self) -> bool:
@@ -152,6 +241,8 @@ class Tracing:
         """Whether a span (of `trace_id`, under `parent` if any) is recorded: the sampler's decision."""
         if parent is not None and self._follows_parent:
             return parent[2]
+        if parent is None and self._root_bound is not None:
+            return trace_id & 0xFFFFFFFFFFFFFFFF < self._root_bound
         from opentelemetry import trace
 
         ctx = None
@@ -161,38 +252,25 @@ class Tracing:
             ctx = trace.set_span_in_context(trace.NonRecordingSpan(remote))
         return bool(self.sampler.should_sample(ctx, trace_id, name).decision.is_sampled())
 
-    def _child(self, traceparent: str | None, name: str) -> tuple[int, int] | None:
-        """(trace id, parent span id) for a step of a job with this stored traceparent, or None: the
+    def _child(self, traceparent: str | None, name: str) -> tuple[int, int, bool] | None:
+        """(trace id, parent span id, _) for a step of a job with this stored traceparent, or None: the
         job has no trace, or its spans are not recorded."""
         parent = _parsed(traceparent)
-        if parent is None or not self._keeps(parent, parent[0], name):
+        if parent is None or not (parent[2] if self._follows_parent else self._keeps(parent, parent[0], name)):
             return None
-        return parent[0], parent[1]
+        return parent
 
-    @contextlib.contextmanager
-    def submit(self, jobs: int) -> Iterator[str | None]:
+    def submit(self, jobs: int) -> contextlib.AbstractContextManager[str | None]:
         """Around a submit: yields the traceparent to store on the new jobs (None: no trace)."""
         incoming = logs.traceparent.get()
         if self.sink is None:
-            yield incoming
-            return
-        started = time.time_ns()
+            return _Untraced(incoming) if incoming is not None else _NONE
         parent = _parsed(incoming)
         tid = parent[0] if parent is not None else _new_id(128)
         if not self._keeps(parent, tid, "jobdeck.submit"):
             # a trace the sampler dropped is none: no id that leads nowhere, no spans for its jobs
-            yield incoming if parent is not None else None
-            return
-        sid = _new_id(64)
-        error = None
-        try:
-            yield f"00-{tid:032x}-{sid:016x}-01"
-        except BaseException as e:
-            error = f"{type(e).__name__}: {e}"
-            raise
-        finally:
-            self.sink.add(("jobdeck.submit", tid, sid, parent[1] if parent is not None else 0, started,
-                           time.time_ns(), {"jobdeck.jobs": jobs}, (), error))  # fmt: skip
+            return _Untraced(incoming) if parent is not None else _NONE
+        return _Submit(self.sink, jobs, tid, parent[1] if parent is not None else 0)
 
     def fired(self, schedule_id: int, fire_times: int) -> str | None:
         """A schedule's firing (one span, at the moment it fires): the traceparent to store on the jobs
@@ -206,7 +284,7 @@ class Tracing:
         sid, now = _new_id(64), time.time_ns()
         attrs = {"jobdeck.schedule_id": schedule_id, "jobdeck.fire_times": fire_times}
         self.sink.add(("jobdeck.schedule.fire", tid, sid, 0, now, now, attrs, (), None))
-        return f"00-{tid:032x}-{sid:016x}-01"
+        return _known(tid, sid)
 
     def claimed(self, jobs: Iterable[Job], began: float, agent: str) -> None:
         """Each traced job's wait, from when it was due to its claim, with the claim in it: one
@@ -215,16 +293,16 @@ class Tracing:
         if self.sink is None:
             return
         ended = time.time()
-        add = self.sink.add
+        add, child = self.sink.add, self._child
         for j in jobs:
-            if not j.traceparent or (step := self._child(j.traceparent, "jobdeck.wait")) is None:
+            if not j.traceparent or (step := child(j.traceparent, "jobdeck.wait")) is None:
                 continue
             due = max(j.run_at, j.created_at)
             attrs = {"jobdeck.job_id": j.id, "jobdeck.attempt": j.attempt, "jobdeck.queue": j.queue,
                      "jobdeck.agent": agent}  # fmt: skip
             # the claim: this event to the end
-            add(("jobdeck.wait", step[0], _new_id(64), step[1], _ns(due), _ns(max(due, ended)), attrs,
-                 (("jobdeck.claim", _ns(max(due, began))),), None))  # fmt: skip
+            add(("jobdeck.wait", step[0], _new_id(64), step[1], int(due * 1e9), int(max(due, ended) * 1e9), attrs,
+                 (("jobdeck.claim", int(max(due, began) * 1e9)),), None))  # fmt: skip
 
     def result(self, job: Job, outcome: str, attempt: int, began: float) -> None:
         """The recording of an attempt's result."""
@@ -232,33 +310,18 @@ class Tracing:
             return
         attrs = {"jobdeck.job_id": job.id, "jobdeck.attempt": attempt, "jobdeck.outcome": outcome,
                  "jobdeck.state": job.state}  # fmt: skip
-        self.sink.add(("jobdeck.result", step[0], _new_id(64), step[1], _ns(began), time.time_ns(), attrs, (), None))
+        self.sink.add(("jobdeck.result", step[0], _new_id(64), step[1], int(began * 1e9), time.time_ns(), attrs, (),
+                       None))  # fmt: skip
 
-    @contextlib.contextmanager
-    def run(self, traceparent: str | None, job_id: int, attempt: int, queue: str) -> Iterator[RunSpan | None]:
+    def run(self, traceparent: str | None, job_id: int, attempt: int,
+            queue: str) -> contextlib.AbstractContextManager[RunSpan | None]:  # fmt: skip
         """Around a run on an agent: yields the span (None when not traced); its context is the current
         one inside (for an async Python task's own spans), and `span.traceparent` is what the task gets."""
         if self.sink is None or not traceparent or (step := self._child(traceparent, "jobdeck.run")) is None:
-            yield None
-            return
-        from opentelemetry import context, trace  # loaded already: the sink's provider imported them
-
-        started = time.time_ns()
+            return _NONE
         span = RunSpan(step[0], _new_id(64), {"jobdeck.job_id": job_id, "jobdeck.attempt": attempt,
                                                "jobdeck.queue": queue})  # fmt: skip
-        own = trace.SpanContext(span.trace_id, span.span_id, is_remote=False,
-                                trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))  # fmt: skip
-        token = context.attach(trace.set_span_in_context(trace.NonRecordingSpan(own)))
-        error = None
-        try:
-            yield span
-        except BaseException as e:
-            error = f"{type(e).__name__}: {e}"
-            raise
-        finally:
-            context.detach(token)
-            self.sink.add(("jobdeck.run", span.trace_id, span.span_id, step[1], started, time.time_ns(),
-                           span.attributes, (), error))  # fmt: skip
+        return _Run(self, span, step[1])
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Export what is buffered now (True once it is out)."""

@@ -37,13 +37,15 @@ def test_the_encoded_request_reads_back_with_the_official_otlp_classes() -> None
           "long": long_text, "list": ["a", 1]},
          (("jobdeck.claim", 1_700_000_000_400_000_000),), None),
         ("jobdeck.submit", 1, 2, 0, 10, 20, {}, (), "ValueError: bad"),
+        # values equal to the first span's (True == 1, False == 0.0) but of other types: each its own
+        ("jobdeck.result", 1, 3, 2, 10, 20, {"ok": 1, "no": 0.0, "jobdeck.queue": "tq"}, (), None),
     ]  # fmt: skip
     req = ExportTraceServiceRequest.FromString(otlp.encode(records, {"service.name": "jobdeck", "pid": 42}))
     (rs,) = req.resource_spans
     assert _attrs(rs.resource.attributes) == {"service.name": "jobdeck", "pid": 42}
     (ss,) = rs.scope_spans
     assert ss.scope.name == "jobdeck"
-    wait, submit = ss.spans
+    wait, submit, result = ss.spans
     assert wait.name == "jobdeck.wait" and wait.kind == 1  # SPAN_KIND_INTERNAL
     assert wait.trace_id == (2**127 + 5).to_bytes(16, "big") and wait.span_id == (2**63 + 7).to_bytes(8, "big")
     assert wait.parent_span_id.hex() == "b7ad6b7169203331"
@@ -57,6 +59,8 @@ def test_the_encoded_request_reads_back_with_the_official_otlp_classes() -> None
     assert wait.status.code == 0, "unset"
     assert submit.parent_span_id == b"", "a root"
     assert (submit.status.code, submit.status.message) == (2, "ValueError: bad"), "ERROR with its message"
+    assert _attrs(result.attributes) == {"ok": 1, "no": 0.0, "jobdeck.queue": "tq"}
+    assert [kv.value.WhichOneof("value") for kv in result.attributes] == ["int_value", "double_value", "string_value"]
 
 
 class _Receiver(BaseHTTPRequestHandler):
