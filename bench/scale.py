@@ -97,6 +97,7 @@ FROM n"""
 
 
 def fill_sqlite(path: Path, jobs: int, backlog: int, now: float) -> None:
+    from core.store._sqlite_search import index_all
     from core.store._sqlite_writer import connect, migrate
 
     conn = connect(path)
@@ -107,6 +108,7 @@ def fill_sqlite(path: Path, jobs: int, backlog: int, now: float) -> None:
         conn.execute(statement)
     conn.execute("INSERT OR REPLACE INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (jobs + backlog,))
     conn.execute("COMMIT")
+    index_all(conn)  # the search index, as a store that ran would hold it
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import heapq
+import logging
 import sqlite3
 import threading
 import time
@@ -33,6 +35,7 @@ from core.model import (
 )
 from core.schedule import FirePlan, Run, Schedule, SchedulePolicy, run_to_release, schedule_to_dict
 from core.store import _sqlite_deps as deps_sql
+from core.store import _sqlite_search as search_index
 from core.store import audit
 from core.store import pickup as pickup_sql
 from core.store._sqlite_flow import pick_rows, record
@@ -180,6 +183,8 @@ def _loads(v: Any) -> Any:
     return None if v is None else orjson.loads(v)
 
 
+log = logging.getLogger("jobdeck.store")
+SEARCH_INDEX_POLL = 1.0  # seconds between looks for jobs the search index does not hold yet
 WALK_FROM = 2000  # matches from which a sorted page walks the sort's index instead of sorting them
 
 
@@ -483,8 +488,20 @@ def _by_name_prefix(
     return rows
 
 
+def _searched_id(text: str) -> int | None:
+    """The job id a search's text also names (search_sql matches it), else None."""
+    text = text.strip()
+    return int(text) if text.isdigit() and len(text) < 19 else None
+
+
 def _list_rows(c: sqlite3.Connection, select: str, flt: JobFilter, order: JobOrder, limit: int) -> list[Any]:
     """The rows of a job list page: `select` (columns FROM jobs) with the filter, order and cursor."""
+    if flt.search and order.by_id and (query := search_index.match_query(flt.search)) is not None:
+        where, params = _job_where(flt, by_order=True)
+        after_id = None if order.after is None else int(order.after[1])
+        return search_index.search_rows(
+            c, select, where, params, query, order.descending, after_id, limit, lambda r: r[0], _searched_id(flt.search)
+        )
     if flt.tag is not None and order.by_id:
         sql, params = _tag_driven(select, flt, order, limit)
         return c.execute(sql, params).fetchall()
@@ -529,6 +546,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jobdeck-sqlite-read")
         self._local = threading.local()
         self._lock_file: Any = None
+        self._indexer: asyncio.Task[None] | None = None
 
     # -- plumbing
 
@@ -540,9 +558,14 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         """Create or migrate the database and start the writer."""
         self._take_lock()
         await self._writer.start()
+        self._indexer = asyncio.get_running_loop().create_task(self._keep_search_index(), name="jobdeck-search-index")
 
     async def close(self) -> None:
         """Commit what is queued and close."""
+        if self._indexer is not None:
+            self._indexer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._indexer
         await self._writer.stop()
         self._readers.shutdown(wait=True)
         if self._lock_file is not None:
@@ -562,6 +585,23 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                 f"another JobDeck node is using {self.path}; stop it or use another data directory"
             ) from None
         self._lock_file = f
+
+    async def _keep_search_index(self) -> None:
+        """Index new jobs for searches, a slice a write while any is left (core/store/_sqlite_search.py);
+        an idle store costs one read a second."""
+        while True:
+            try:
+                behind = await self._read(lambda c: bool(c.execute(search_index.BEHIND).fetchone()[0]))
+                if (
+                    behind
+                    and await self._writer.run(lambda tx: search_index.index_slice(tx.conn)) == search_index.SLICE
+                ):
+                    continue
+            except Unavailable:
+                return
+            except Exception:
+                log.exception("indexing jobs for searches failed; will try again")
+            await asyncio.sleep(SEARCH_INDEX_POLL)
 
     @property
     def schema_version(self) -> int:
@@ -790,6 +830,9 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             return await self._read(lambda c: (int(c.execute(sql, params).fetchone()[0]), True))
         if flt.tag is not None and flt == JobFilter(tag=flt.tag):
             sql, params = "SELECT count(*) FROM job_tags WHERE tag = ?", [flt.tag]
+        elif flt.search and _searched_id(flt.search) is None and (query := search_index.match_query(flt.search)):
+            where, params = _job_where(flt, by_order=True)  # the text index's candidates, each checked
+            sql, params = search_index.search_count_sql(where, params, query)
         else:
             where, params = _job_where(flt)
             sql = "SELECT count(*) FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")

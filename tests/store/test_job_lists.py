@@ -4,6 +4,7 @@ pages that neither skip nor repeat a job, searched by id, name, task text and ta
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from typing import Any
 
@@ -117,3 +118,51 @@ def test_bad_sort_order_and_cursor_are_422s_naming_the_field() -> None:
             parse_order(*args)
         assert caught.value.field == field, (args, caught.value.message)
     assert parse_order("queue", "asc", "emails:eu:42") == JobOrder("queue", False, ("emails:eu", 42))
+
+
+async def _search_index_filled(s: Any) -> None:
+    """Wait (with a deadline) until the SQLite store's search index holds every job."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while await s._read(
+        lambda c: c.execute("SELECT (SELECT max(id) FROM jobs) > (SELECT upto FROM job_search_upto)").fetchone()[0]
+    ):
+        assert asyncio.get_running_loop().time() < deadline, "the search index was not filled within 30 s"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("kit", ["sqlite"], indirect=True)
+async def test_sqlite_search_reads_the_text_index_and_the_jobs_newer_than_it(kit: StoreKit) -> None:
+    """A search finds the indexed jobs through the FTS5 trigram index (candidates checked with LIKE) and
+    the jobs not indexed yet one by one; pages and counts are the same as without the index, and a job
+    deleted or renamed after it was indexed is found by its new text only."""
+    s = kit.store
+    old = await submit(s, *({"name": f"cust-{i}" if i % 3 == 0 else f"other-{i}",
+                             "task": {"kind": "shell", "argv": ["echo", f"Ref-{i}"]}} for i in range(120)))  # fmt: skip
+    await _search_index_filled(s)
+    assert await s._read(lambda c: c.execute("SELECT count(*) FROM job_search").fetchone()[0]) == 120
+    new = await submit(s, {"name": "cust-new"}, {"name": "zzz", "tags": ["cust-tag"]}, {"name": "nothing"})
+    expected = sorted([j.id for j in old if j.name.startswith("cust-")] + [new[0].id, new[1].id], reverse=True)
+
+    async def found(text: str, order: str = "desc", size: int = 100) -> list[int]:
+        return [j.id for j in await all_pages(s, JobFilter(search=text), "id", order, size)]
+
+    assert await found("CUST-") == expected, "indexed and newer jobs, newest first, case-insensitively"
+    assert await found("cust-", size=3) == expected, "pages of 3 neither skip nor repeat"
+    assert await found("cust-", "asc", 4) == expected[::-1]
+    assert await s.count_jobs(JobFilter(search="cust-")) == (len(expected), True)
+    assert await found("ref-27") == [old[27].id], "a value inside the task"
+    last = old[-1]  # an id of 3 digits that no job's text holds (names and args go up to 119)
+    assert last.id >= 120 and await found(str(last.id)) == [last.id], "the id"
+    assert await found("cu") == expected, "under 3 characters: no trigram, LIKE alone"
+    assert await s.count_jobs(JobFilter(search="cust-", states=("queued",), queue="default")) == (len(expected), True)
+
+    victim, renamed = old[3], old[6]
+    await s._write(lambda tx: tx.conn.execute("DELETE FROM jobs WHERE id = ?", (victim.id,)))
+    await s._write(lambda tx: tx.conn.execute("UPDATE jobs SET name = 'renamed' WHERE id = ?", (renamed.id,)))
+    assert await found("cust-") == [i for i in expected if i not in (victim.id, renamed.id)]
+    assert await found("renamed") == [renamed.id]
+    await _search_index_filled(s)
+    candidates = await s._read(lambda c: [r[0] for r in c.execute(
+        "SELECT rowid FROM job_search WHERE job_search MATCH '\"cus\" \"t-\"' ORDER BY rowid")])  # fmt: skip
+    assert victim.id not in candidates and renamed.id not in candidates, "the index forgot the old text"
+    assert await found("cust-") == [i for i in expected if i not in (victim.id, renamed.id)]

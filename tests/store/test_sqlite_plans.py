@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from core.store._sqlite_search import index_all
 from core.store._sqlite_writer import connect, migrate
 from core.store.archive import Cutoffs
 from core.store.base import ClaimRequest, JobFilter
@@ -57,7 +58,7 @@ INSERT INTO queues (name, paused, created_at, updated_at) SELECT DISTINCT queue,
 INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', {JOBS});
 """
 
-TABLES = re.compile(r"\b(FROM|JOIN) (jobs|job_tags|job_counts|events)\b")
+TABLES = re.compile(r"\b(FROM|JOIN) (jobs|job_tags|job_counts|events|job_search)\b")
 DELETES = re.compile(r"^\s*DELETE FROM (jobs|job_tags|attempts|events)\b", re.I)
 # What each call may cost, in virtual-machine steps: a scan of the jobs table is several per job.
 BUDGET = JOBS // 4
@@ -71,6 +72,7 @@ def fill(path: Path) -> None:
         if statement.strip():
             conn.execute(statement)
     conn.execute("COMMIT")
+    index_all(conn)  # the text index a running store fills after each commit
     conn.close()
 
 
@@ -119,6 +121,12 @@ CALLS: list[tuple[str, Callable[[SQLiteStore], Awaitable[Any]]]] = [
     ("list: oldest first", lambda s: s.list_jobs(JobFilter(), None, 100, JobOrder("id", False))),
     ("list: two states", lambda s: s.list_jobs(JobFilter(states=("queued", "running")), None, 100)),
     ("list: a queue by priority", lambda s: s.list_jobs(JobFilter(queue="q3"), None, 100, JobOrder("priority"))),
+    (
+        "list: a search (5 %, behind 20 % newer jobs that do not match)",
+        lambda s: s.list_jobs(JobFilter(search="report-7."), None, 100),
+    ),
+    ("list: a search matching one job", lambda s: s.list_jobs(JobFilter(search="report-7.daily x"), None, 100)),
+    ("total: a search (1 %: its index's candidates)", lambda s: s.count_jobs(JobFilter(search="rare"))),
     ("total: every job (counters)", lambda s: s.count_jobs(JobFilter())),
     ("total: states of a queue (counters)", lambda s: s.count_jobs(JobFilter(states=("queued", "dead"), queue="q2"))),
     ("total: a rare tag (its key range)", lambda s: s.count_jobs(JobFilter(tag="rare"))),
