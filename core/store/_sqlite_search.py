@@ -23,28 +23,28 @@ SLICE = 500  # jobs indexed per write: about 10 ms of the writer, so other write
 BODY = "name || ' ' || task || ' ' || tags"  # what the triggers of migration 0021 index, the same text
 
 UPTO = "SELECT upto FROM job_search_upto"
-BEHIND = "SELECT (SELECT max(id) FROM jobs) > (SELECT upto FROM job_search_upto)"
+STATE = "SELECT (SELECT upto FROM job_search_upto), (SELECT max(id) FROM jobs)"
 
 
-def index_slice(conn: sqlite3.Connection, limit: int = SLICE) -> int:
-    """Index the next `limit` jobs after `upto` (inside the caller's transaction); how many."""
+def index_slice(conn: sqlite3.Connection, limit: int = SLICE) -> tuple[int, int]:
+    """Index the next `limit` jobs after `upto` (inside the caller's transaction): (how many, the new upto)."""
     upto = conn.execute(UPTO).fetchone()[0]
     row = conn.execute(
         "SELECT count(*), max(id) FROM (SELECT id FROM jobs WHERE id > ? ORDER BY id LIMIT ?)", (upto, limit)
     ).fetchone()
     if not row[0]:
-        return 0
+        return 0, int(upto)
     conn.execute(
         f"INSERT INTO job_search (rowid, body) SELECT id, {BODY} FROM jobs WHERE id > ? AND id <= ?", (upto, row[1])
     )
     conn.execute("UPDATE job_search_upto SET upto = ?", (row[1],))
-    return int(row[0])
+    return int(row[0]), int(row[1])
 
 
 def index_all(conn: sqlite3.Connection) -> None:
     """Index every job not yet indexed (a store filled in SQL, outside the store: benches, tests)."""
     conn.execute("BEGIN")
-    while index_slice(conn, 100_000):
+    while index_slice(conn, 100_000)[0]:
         pass
     conn.execute("COMMIT")
 

@@ -149,6 +149,7 @@ class Writer:
         self._closed = False
         self.schema_version = 0
         self.observe_commit: Callable[[float], None] | None = None  # the node's commit-latency histogram
+        self.next_job_id = 0  # the id the next new job gets, as of the last commit (the search indexer reads it)
 
     async def start(self) -> None:
         """Open the database, apply migrations and start the writer thread."""
@@ -208,6 +209,7 @@ class Writer:
             # The highest job id ever used (sqlite_sequence keeps it when the newest jobs are deleted),
             # not max(id): an id the API showed once is never handed out again.
             next_job_id = conn.execute(NEXT_JOB_ID).fetchone()[0]
+            self.next_job_id = next_job_id
         except BaseException as exc:
             self._loop.call_soon_threadsafe(_set_exception, ready, exc)
             return
@@ -232,6 +234,7 @@ class Writer:
                     break
                 batch += more
             next_seq, next_job_id = self._commit(conn, batch, next_seq, next_job_id)
+            self.next_job_id = next_job_id
         stop_checkpoints.set()
         checkpointer.join()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -587,20 +587,26 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         self._lock_file = f
 
     async def _keep_search_index(self) -> None:
-        """Index new jobs for searches, a slice a write while any is left (core/store/_sqlite_search.py);
-        an idle store costs one read a second."""
+        """Index new jobs for searches, a slice a write while any is left (core/store/_sqlite_search.py).
+        It looks at the writer's next job id, so an idle store costs no query at all."""
+        upto = -1
         while True:
             try:
-                behind = await self._read(lambda c: bool(c.execute(search_index.BEHIND).fetchone()[0]))
-                if (
-                    behind
-                    and await self._writer.run(lambda tx: search_index.index_slice(tx.conn)) == search_index.SLICE
-                ):
-                    continue
+                if upto < 0:  # at the start: the jobs a fill or an older version left unindexed count too
+                    upto, newest = await self._read(lambda c: c.execute(search_index.STATE).fetchone())
+                    newest = max(newest or 0, self._writer.next_job_id - 1)
+                else:
+                    newest = self._writer.next_job_id - 1
+                if newest > upto:
+                    done, upto = await self._writer.run(lambda tx: search_index.index_slice(tx.conn))
+                    if done == search_index.SLICE:
+                        continue
+                    upto = max(upto, newest)  # ids up to it that are gone (deleted newest jobs) never come back
             except Unavailable:
                 return
             except Exception:
                 log.exception("indexing jobs for searches failed; will try again")
+                upto = -1
             await asyncio.sleep(SEARCH_INDEX_POLL)
 
     @property

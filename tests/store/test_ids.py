@@ -140,7 +140,12 @@ async def test_every_sqlite_table_with_an_integer_id_hands_ids_out_once(tmp_path
     conn = sqlite3.connect(path)
     tables = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL").fetchall()
     keyed = {}
+    # An FTS5 table's own tables (job_search_data, ...) hand out no ids: their rows are the index's
+    # pages and the ids of the rows it indexes.
+    virtual = [name for name, sql in tables if sql.upper().startswith("CREATE VIRTUAL TABLE")]
     for name, sql in tables:
+        if any(name.startswith(v + "_") for v in virtual):
+            continue
         pk = [r[1] for r in conn.execute(f"PRAGMA table_info({name})") if r[5]]
         types = {r[1]: r[2].upper() for r in conn.execute(f"PRAGMA table_info({name})")}
         if len(pk) == 1 and types[pk[0]] == "INTEGER":  # a rowid alias
