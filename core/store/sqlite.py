@@ -184,6 +184,7 @@ def _loads(v: Any) -> Any:
 
 
 log = logging.getLogger("jobdeck.store")
+ESTIMATED_FROM = 250_000  # matches the sample estimates from which a total is not counted (it would not finish in time)
 SEARCH_INDEX_POLL = 1.0  # seconds between looks for jobs the search index does not hold yet
 WALK_FROM = 2000  # matches from which a sorted page walks the sort's index instead of sorting them
 
@@ -829,7 +830,8 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         """How many jobs match: from the counters for states and a queue (exact, a few rows), else
         a count of the index range (True) if it takes under `budget_ms`, else an estimate (False):
         the matching share of COUNT_SAMPLE jobs at random times all jobs (a search, or a tag with
-        a state, reads every candidate row: 0.1-0.3 s at a million)."""
+        a state, reads every candidate row: 0.1-0.3 s at a million). The estimate comes first, and
+        one of ESTIMATED_FROM or more is the answer without a count."""
         if counted_by_counters(flt):
             terms, params = _counter_terms(flt)
             sql = "SELECT coalesce(sum(n), 0) FROM job_counts" + (f" WHERE {' AND '.join(terms)}" if terms else "")
@@ -844,7 +846,12 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             sql = "SELECT count(*) FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
 
         def q(c: sqlite3.Connection) -> tuple[int, bool]:
-            deadline = time.perf_counter() + budget_ms / 1000
+            began = time.perf_counter()
+            # The sample first: a total it puts past ESTIMATED_FROM takes longer to count than the budget
+            # anyway (630,000 of a tag, 770,000 of a name prefix: 15 ms spent for nothing before each estimate).
+            if budget_ms > 0 and (estimate := _estimate_count(c, flt)) >= ESTIMATED_FROM:
+                return estimate, False
+            deadline = began + budget_ms / 1000
             c.set_progress_handler(lambda: int(time.perf_counter() > deadline), 1000)
             try:
                 return int(c.execute(sql, params).fetchone()[0]), True
