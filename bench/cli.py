@@ -95,7 +95,7 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
     ),
     "flow-claim": (
         "one claim_jobs in process (no server): a queue of no-ops without keys vs one with 100 fairness keys, "
-        "claims of 4, 32 and 128, alternating rounds on one store; fair / plain",
+        "claims of 4, 32 and 256, alternating rounds on one store; fair / plain",
         (claim_cost,),
         False,
     ),

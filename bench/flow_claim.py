@@ -20,8 +20,8 @@ from core.store.base import ClaimRequest
 NAME = "flow claim"
 QUEUED = 20_000  # jobs of each queue
 KEYS = 100
-ROOMS = (4, 32, 128)
-CLAIMS = 40  # claims of each size, from each queue, per round
+ROOMS = (4, 32, 256)
+CLAIMS = 30  # claims of each size, from each queue, per round
 ROUNDS = 2
 POLICY = Policy(aging_seconds_per_priority=60.0, lease_seconds=30.0)
 NOOP = {"kind": "python", "function": "agents.builtin:noop"}

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 #: The queue settings an operator changes (the `queues` columns of the same names), with their defaults.
 SETTINGS: dict[str, Any] = {"paused": False, "concurrency": None, "rate_limit": None, "rate_burst": None,
@@ -158,9 +159,8 @@ def key_reason(queue: str, key: str, limit: int, running: int) -> str | None:
 # ---------------------------------------------------------------- choosing among keys
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A queued job a claim may take, with what the choice needs."""
+class Candidate(NamedTuple):
+    """A queued job a claim may take, with what the choice needs (a tuple: a claim makes hundreds)."""
 
     id: int
     sort_key: float
@@ -169,8 +169,7 @@ class Candidate:
     concurrency_key: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Share:
+class Share(NamedTuple):
     """What one fairness key of a queue was served: starts / weight, and when it last started one."""
 
     served: float
@@ -203,61 +202,87 @@ def pick(
     rotation: Rotation,
     now: float,
     aging: float,
+    partial: Collection[str | None] = (),
+    dry: set[str | None] | None = None,
 ) -> list[Candidate]:
     """Choose up to `room` jobs among each group's next jobs (in claim order; groups are fairness keys
     in a fair queue), honouring the per-key concurrency limit and, in a fair queue, rotating between
     keys: the highest band first, then the key served least (start-time fair queueing: a key's
     service is its starts / weight, and a key that was idle starts at the queue's virtual time, so it
     neither jumps the queue with credit it saved nor waits for the others' backlog). Pure: `charge`
-    then records what was really claimed."""
+    then records what was really claimed.
+
+    `partial` names groups read only to a limit (more of their jobs may wait): if one of them runs
+    out, the pick stops there and adds it to `dry`, so the caller reads more of it and picks again
+    (the pick is then what it would be had every job been read)."""
     running = dict(key_running)
-    trial = Rotation(rotation.vtime, dict(rotation.shares or {}))
     pos = dict.fromkeys(candidates, 0)
     picked: list[Candidate] = []
     heap: list[tuple[Any, ...]] = []  # one entry per group: its next job, ranked (a heap: O(room log keys))
-    shares: dict[str, Share] = trial.shares  # type: ignore[assignment]
+    fair, key_limit = limits.fair, limits.key_concurrency
+    vtime = rotation.vtime
+    # The rotation as this pick changes it (pure: a copy), served and last start per key, kept apart:
+    # this loop runs once per job claimed.
+    served_of = {k: s.served for k, s in (rotation.shares or {}).items()}
+    last_of: dict[str, float] = {k: s.last_at for k, s in (rotation.shares or {}).items()}
     weights = limits.fairness_weights or {}
-
-    def step(name: str) -> float:
-        return 1.0 / max(weights.get(name, 1.0), 1e-6)
+    steps: dict[str, float] = {}
+    ran_dry = False
 
     def push(k: str | None) -> None:
+        nonlocal ran_dry
         items = candidates[k]
-        while pos[k] < len(items):
-            c = items[pos[k]]
+        i = pos[k]
+        while i < len(items):
+            c = items[i]
             ck = c.concurrency_key
-            if limits.key_concurrency is None or ck is None or running.get(ck, 0) < limits.key_concurrency:
+            if key_limit is None or ck is None or running.get(ck, 0) < key_limit:
                 break
-            pos[k] += 1  # its concurrency key is full: this job waits for another claim
+            i += 1  # its concurrency key is full: this job waits for another claim
         else:
+            pos[k] = i
+            if k in partial:
+                ran_dry = True
+                if dry is not None:
+                    dry.add(k)
             return
-        if limits.fair:
-            share = shares.get(k or "")
-            served = max(share.served if share else trial.vtime, trial.vtime)
-            rank: tuple[Any, ...] = (-band(c, share.last_at if share else None, now, aging), served, c.sort_key, c.id)
+        pos[k] = i
+        if fair:
+            name = k or ""
+            got = served_of.get(name)
+            served = got if got is not None and got > vtime else vtime
+            # band(c, last start, now, aging), inline
+            enqueued = c.sort_key + c.priority * aging
+            last = last_of.get(name, enqueued)
+            waited = now - (enqueued if enqueued > last else last)
+            b = c.priority + (math.floor(waited / aging) if waited > 0.0 else 0)
+            heapq.heappush(heap, (-b, served, c.sort_key, c.id, k))
         else:
-            rank = (c.sort_key, c.id)
-        heapq.heappush(heap, (*rank, k))
+            heapq.heappush(heap, (c.sort_key, c.id, k))
 
     for k in candidates:
         push(k)
-    while heap and len(picked) < room:
+    while heap and len(picked) < room and not ran_dry:
         k = heapq.heappop(heap)[-1]
         c = candidates[k][pos[k]]
         ck = c.concurrency_key
-        if limits.key_concurrency is not None and ck is not None and running.get(ck, 0) >= limits.key_concurrency:
+        if key_limit is not None and ck is not None and running.get(ck, 0) >= key_limit:
             push(k)  # another group's pick filled this key meanwhile: look again
             continue
         pos[k] += 1
         picked.append(c)
         if ck is not None:
             running[ck] = running.get(ck, 0) + 1
-        if limits.fair:  # charge() for one start, inline: this loop runs once per job claimed
+        if fair:  # charge() for one start, inline
             name = k or ""
-            share = shares.get(name)
-            start = share.served if share is not None and share.served > trial.vtime else trial.vtime
-            trial.vtime = start
-            shares[name] = Share(start + step(name), now)
+            got = served_of.get(name)
+            if got is not None and got > vtime:
+                vtime = got
+            step = steps.get(name)
+            if step is None:
+                step = steps[name] = 1.0 / max(weights.get(name, 1.0), 1e-6)
+            served_of[name] = vtime + step
+            last_of[name] = now
         push(k)
     return picked
 
@@ -267,15 +292,21 @@ def charge(rotation: Rotation, started: list[Candidate], limits: QueueLimits, no
     shares = rotation.shares if rotation.shares is not None else {}
     rotation.shares = shares
     weights = limits.fairness_weights or {}
-    changed = set()
+    vtime = rotation.vtime
+    served: dict[str, float] = {}  # a start begins at the key's service or the virtual time, the later
     for c in started:
         name = c.fairness_key or ""
-        share = shares.get(name)
-        start = max(share.served if share else rotation.vtime, rotation.vtime)
-        rotation.vtime = max(rotation.vtime, start)
-        shares[name] = Share(start + 1.0 / max(weights.get(name, 1.0), 1e-6), now)
-        changed.add(name)
-    return changed
+        got = served.get(name)
+        if got is None:
+            share = shares.get(name)
+            got = share.served if share is not None else vtime
+        if got > vtime:
+            vtime = got
+        served[name] = vtime + 1.0 / max(weights.get(name, 1.0), 1e-6)
+    rotation.vtime = vtime
+    for name, s in served.items():
+        shares[name] = Share(s, now)
+    return set(served)
 
 
 def forgettable(rotation: Rotation, now: float) -> bool:
@@ -286,8 +317,21 @@ def forgettable(rotation: Rotation, now: float) -> bool:
 
 
 def fetch_per_key(room: int, keys: int) -> int:
-    """How many of each key's next jobs a claim of `room` reads: enough for an even share twice over."""
+    """How many of each key's next jobs a claim of `room` reads (a per-key limit without fair rotation):
+    enough for an even share twice over."""
     return room if keys <= 2 else min(room, 2 * math.ceil(room / keys))
+
+
+def fair_per_key(room: int, keys: list[Any], weights: dict[str, float] | None) -> int:
+    """How many of each key's next jobs a fair claim of `room` reads: the heaviest key's share of the room,
+    plus one (what a rotation takes of a key when each has jobs enough). A key that runs out of what was
+    read while more of its jobs wait is read again (`pick`'s `partial`), so this is what a claim usually
+    needs, not a bound on what it may take."""
+    if len(keys) <= 1:
+        return room
+    w = weights or {}
+    each = [max(w.get(k, 1.0), 1e-6) for k in keys]
+    return min(room, math.ceil(room * max(each) / sum(each)) + 1)
 
 
 @dataclass(slots=True)
@@ -299,6 +343,7 @@ class KeyedClaim:
     rotation: Rotation
     picked: list[Candidate]
     rows: list[Any]
+    dry: set[Any] = field(default_factory=set)  # groups to read further before the pick holds (see `pick`)
 
 
 #: The columns of a candidate, in Candidate's order: what a claim reads of each key's next jobs.
@@ -315,18 +360,27 @@ def keys_to_read(keys: list[Any], limits: QueueLimits, running: dict[str, int], 
     shares = rotation.shares or {}
     if len(keys) > 2 * room:
         keys = sorted(keys, key=lambda k: shares[k].served if k in shares else rotation.vtime)[: 2 * room]
+    if limits.fair:
+        return keys, fair_per_key(room, keys, limits.fairness_weights)
     return keys, fetch_per_key(room, len(keys) + 1)
 
 
 def keyed_claim(queue: str, by_key: dict[Any, list[Any]], room: int, *, limits: QueueLimits,
-                running: dict[str, int], rotation: Rotation, now: float, aging: float) -> KeyedClaim:  # fmt: skip
+                running: dict[str, int], rotation: Rotation, now: float, aging: float,
+                partial: Collection[Any] = ()) -> KeyedClaim:  # fmt: skip
     """`pick` among the rows (CANDIDATE_COLUMNS) read for each key (None: jobs without one). The claim
-    then reads the picked jobs whole, into `rows`."""
+    then reads the picked jobs whole, into `rows`. In a fair queue, `partial` names the keys read to a
+    limit: if the pick ran one of them dry, `dry` names them and the claim reads more and picks again."""
     groups = {k: [Candidate(*r) for r in rows] for k, rows in by_key.items()}
+    dry: set[Any] = set()
     if not limits.fair:  # a concurrency key is not a fairness group: every job competes in claim order
         groups = {None: sorted((c for cs in groups.values() for c in cs), key=lambda c: (c.sort_key, c.id))}
-    picked = pick(groups, room, limits=limits, key_running=running, rotation=rotation, now=now, aging=aging)
-    return KeyedClaim(queue, limits, rotation, picked, [])
+        partial = ()
+    picked = pick(groups, room, limits=limits, key_running=running, rotation=rotation, now=now, aging=aging,
+                  partial=partial, dry=dry)  # fmt: skip
+    if len(picked) >= room:
+        dry.clear()
+    return KeyedClaim(queue, limits, rotation, picked, [], dry)
 
 
 def merge_keys(picked: list[Candidate]) -> list[tuple[float, int]]:

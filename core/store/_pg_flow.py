@@ -134,10 +134,27 @@ async def pick_rows(c: Conn, queue: str, limits: QueueLimits, vtime: float, offe
     keys, per = keys_to_read(found, limits, running, rotation, room)
     by_key: dict[str | None, list[tuple[int, float, int, str | None, str | None]]] = {}
     whole: dict[int, asyncpg.Record] = {}
-    for r in await c.fetch(heads_sql, queue, offered, keys, per, [queue], now):
-        by_key.setdefault(r[col], []).append((r["id"], r["sort_key"], r["priority"], r[_FAIR], r[_KEY]))
-        whole[r["id"]] = r
-    claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now, aging=aging)
+
+    async def read(keys: list[str], per: int, keyless: bool) -> None:
+        for r in await c.fetch(heads_sql, queue, offered, keys, per, [queue] if keyless else [], now):
+            by_key.setdefault(r[col], []).append((r["id"], r["sort_key"], r["priority"], r[_FAIR], r[_KEY]))
+            whole[r["id"]] = r
+
+    await read(keys, per, True)
+    read_to = dict.fromkeys(by_key, per)  # how many of each group's jobs were asked for
+    while True:  # a fair pick that ran a key dry reads more of it (twice what it had, up to room) and picks again
+        partial = {k for k, rows in by_key.items() if room > len(rows) >= read_to[k]} if limits.fair else ()
+        claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now,
+                            aging=aging, partial=partial)  # fmt: skip
+        if not claim.dry:
+            break
+        # Rows read again are this claim's already (locked by it: SKIP LOCKED skips only other claims' rows).
+        for more in sorted({min(room, 2 * len(by_key[k])) for k in claim.dry}):
+            again = [k for k in claim.dry if min(room, 2 * len(by_key[k])) == more]
+            for k in again:
+                read_to[k] = more
+                del by_key[k]
+            await read([k for k in again if k is not None], more, None in again)
     claim.rows = [whole[p.id] for p in claim.picked]
     return claim
 

@@ -105,9 +105,10 @@ def pick_rows(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueL
         rotation.shares = {k: Share(s, at) for k, s, at in rows}
     found = [r[0] for r in c.execute(_KEYS.format(col=col, index=index), (queue, MAX_KEYS))]
     keys, per = keys_to_read(found, limits, running, rotation, room)
+    heads = _HEADS.format(col=col, index=index)
     by_key: dict[str | None, list[Sequence[Any]]] = {}
     if keys:  # one statement: each key's next `per` jobs, from its own range of the index
-        for r in c.execute(_HEADS.format(col=col, index=index), (queue, labels, orjson.dumps(keys).decode(), per, now)):
+        for r in c.execute(heads, (queue, labels, orjson.dumps(keys).decode(), per, now)):
             by_key.setdefault(r[-1], []).append(r[:-1])
     unkeyed = (f"SELECT {CANDIDATE_COLUMNS} FROM jobs WHERE id IN (SELECT id FROM (SELECT id, {col} FROM jobs "
                f"INDEXED BY jobs_claim_queue WHERE state = 'queued' AND queue = ? AND (fire_time IS NULL OR run_at <= ?) "
@@ -116,7 +117,19 @@ def pick_rows(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueL
                "ORDER BY sort_key, id LIMIT ?")  # fmt: skip
     if got := c.execute(unkeyed, (queue, now, labels, per)).fetchall():
         by_key[None] = got
-    claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now, aging=aging)
+    read_to = dict.fromkeys(by_key, per)  # how many of each group's jobs were asked for
+    while True:  # a fair pick that ran a key dry reads more of it (twice what it had, up to room) and picks again
+        partial = {k for k, rows in by_key.items() if room > len(rows) >= read_to[k]} if limits.fair else ()
+        claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now,
+                            aging=aging, partial=partial)  # fmt: skip
+        if not claim.dry:
+            break
+        for k in claim.dry:
+            read_to[k] = more = min(room, 2 * len(by_key[k]))
+            if k is None:
+                by_key[None] = c.execute(unkeyed, (queue, now, labels, more)).fetchall()
+            else:
+                by_key[k] = [r[:-1] for r in c.execute(heads, (queue, labels, orjson.dumps([k]).decode(), more, now))]
     ids = [p.id for p in claim.picked]
     whole = {r[0]: r for r in c.execute(f"{select_job} WHERE id IN ({', '.join('?' * len(ids))})", ids)}
     claim.rows = [whole[i] for i in ids]

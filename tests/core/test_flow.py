@@ -18,6 +18,7 @@ from core.flow import (
     agent_claims,
     claim_room,
     default_burst,
+    fair_per_key,
     forgettable,
     held_by_limits,
     parse_bulkheads,
@@ -127,6 +128,47 @@ def test_a_key_that_waited_climbs_a_band_per_aging_period() -> None:
     got = pick(urgent, 1, limits=QueueLimits(fair=True), key_running={}, rotation=Rotation(0.0, shares),
                now=1200.0, aging=60.0)  # fmt: skip
     assert [c.fairness_key for c in got] == ["lo"], "3 bands of waiting lift priority 0 over a busy priority 2"
+
+
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=8),
+    room=st.integers(1, 60),
+    served=st.lists(st.floats(0, 6), min_size=8, max_size=8),
+    heavy=st.sampled_from([None, {"k1": 4.0}, {"k0": 0.25, "k2": 2.0}]),
+    keyless=st.booleans(),
+)
+def test_a_fair_pick_from_a_few_jobs_per_key_read_further_when_dry_is_the_pick_from_every_job(
+    sizes: list[int], room: int, served: list[float], heavy: dict[str, float] | None, keyless: bool
+) -> None:
+    """A fair claim reads each key's next fair_per_key jobs, not all; a key the pick runs dry is read again
+    (twice as many, up to the room) and the pick repeated: the result must be the pick with every job read."""
+    now = 1e6
+    every: dict[str | None, list[Candidate]] = {
+        (None if keyless and i == 0 else f"k{i}"): _cands(None if keyless and i == 0 else f"k{i}", n, now - 500 + i)
+        for i, n in enumerate(sizes)
+    }
+    every = {k: v for k, v in every.items() if v}
+    lim = QueueLimits(fair=True, fairness_weights=heavy)
+    shares = {f"k{i}": Share(s, now - 30) for i, s in enumerate(served) if i % 2}
+
+    def rotation() -> Rotation:
+        return Rotation(1.0, dict(shares))
+
+    per = fair_per_key(room, [k for k in every if k is not None], heavy)
+    read = {k: v[:per] for k, v in every.items()}
+    read_to = dict.fromkeys(read, per)
+    for _ in range(20):
+        partial = {k for k, v in read.items() if room > len(v) >= read_to[k]}
+        dry: set[str | None] = set()
+        got = pick(read, room, limits=lim, key_running={}, rotation=rotation(), now=now, aging=60.0,
+                   partial=partial, dry=dry)  # fmt: skip
+        if len(got) >= room or not dry:
+            break
+        for k in dry:
+            read_to[k] = min(room, 2 * len(read[k]))
+            read[k] = every[k][: read_to[k]]
+    whole = pick(every, room, limits=lim, key_running={}, rotation=rotation(), now=now, aging=60.0)
+    assert [c.id for c in got] == [c.id for c in whole]
 
 
 def test_bulkheads_parse_and_refuse_what_makes_no_sense() -> None:

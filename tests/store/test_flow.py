@@ -167,6 +167,22 @@ async def test_a_higher_priority_goes_first_in_a_fair_queue(kit: StoreKit) -> No
     assert [j.id for j in first] == [urgent.id], "priority 5 beats the rotation, whatever the key"
 
 
+async def test_a_fair_claim_takes_more_of_one_key_than_it_first_read_when_the_rotation_wants_them(
+    kit: StoreKit,
+) -> None:
+    """A fair claim reads a few jobs of each key (about an even share of the room); a key that the pick
+    runs out of while more of its jobs wait is read again, so a whole claim can go to one key."""
+    s, t0 = kit.store, utcnow()
+    for key in ("A", "B", "C", "D"):
+        await submit(s, *([{"queue": "t", "fairness_key": key}] * 60), now=t0)
+    urgent = await submit(s, *([{"queue": "t", "fairness_key": "U", "priority": 5}] * 50), now=t0 + 1)
+    batch = await s.claim_jobs(claim(limit=40), t0 + 2)
+    assert [j.id for j in batch] == [j.id for j in urgent[:40]], "40 of U's priority-5 jobs, in order, before any other"
+    batch = await s.claim_jobs(claim(limit=40), t0 + 3)
+    assert [j.id for j in batch[:10]] == [j.id for j in urgent[40:]], "then U's last 10, then the rotation"
+    assert len(batch) == 40 and {j.fairness_key for j in batch[10:]} == {"A", "B", "C", "D"}
+
+
 async def test_a_key_back_from_idle_shares_from_now_on_it_saved_no_credit(kit: StoreKit) -> None:
     s, t0 = kit.store, utcnow()
     await submit(s, {"queue": "t", "fairness_key": "B"}, now=t0)
