@@ -45,7 +45,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ),
     ActionSpec("priority_up", "plus", "Priority +1", JOB_VIEWS, "jobs.write", show=False, help="key +"),
     ActionSpec("priority_down", "minus", "Priority -1", JOB_VIEWS, "jobs.write", show=False, help="key -"),
-    ActionSpec("priority_set", "equals_sign", "Set priority", JOB_VIEWS, "jobs.write", help="key =; -1000..1000"),
+    ActionSpec("priority_set", "equals_sign", "Priority", JOB_VIEWS, "jobs.write", help="set it: key =; -1000..1000"),
     ActionSpec(
         "cancel",
         "c",
@@ -58,19 +58,19 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec(
         "retry",
         "R",
-        "Retry / replay",
+        "Retry",
         NODE_VIEWS,
         "jobs.write",
-        help="run a finished or dead job again (in a workflow: what it cancelled waits again)",
+        help="run a finished job again, replay a dead one (in a workflow: what it cancelled waits again)",
     ),
     ActionSpec(
         "bulk_filter",
         "B",
-        "Bulk on filter",
+        "Bulk",
         ("jobs", "dead"),
         "jobs.write",
         destructive=True,
-        help="act on every job matching the filter",
+        help="act on every job matching the filter (a dry-run count first)",
     ),
     ActionSpec(
         "new_schedule",

@@ -1,4 +1,4 @@
-"""Finished jobs per second per queue over the last minute, counted from the live feed."""
+"""Finished jobs per second per queue over the last seconds, counted from the live feed."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
+SPARK_SECONDS = 20  # the Queues view's sparkline: one character a second
 FINISHED = frozenset({"job.succeeded", "job.failed", "job.dead", "job.cancelled"})
 
 
 class Throughput:
     """One counter per queue and second; `series` gives the last `width` seconds."""
 
-    def __init__(self, width: int = 30, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, width: int = SPARK_SECONDS, clock: Callable[[], float] = time.time) -> None:
         self.width = width
         self.clock = clock
         self.counts: dict[str, dict[int, int]] = defaultdict(dict)

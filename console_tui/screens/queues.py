@@ -16,6 +16,7 @@ from console_tui.actions import bindings_for
 from console_tui.screens.base import Json
 from console_tui.screens.dialogs import PromptScreen
 from console_tui.screens.tables import TableView
+from console_tui.throughput import SPARK_SECONDS
 from core.client import relay_lag_text
 
 FINISHED = ("job.succeeded", "job.failed", "job.dead", "job.cancelled")
@@ -25,10 +26,12 @@ class QueuesView(TableView):
     view_name: ClassVar[str] = "queues"
     title: ClassVar[str] = "Queues"
     BINDINGS = bindings_for("queues")
-    COLUMNS = (("name", "QUEUE", 18), ("status", "STATUS", 8), ("depth", "DEPTH", 7), ("running", "RUNNING", 8),
-               ("scheduled", "WAITING", 8), ("concurrency", "LIMIT", 7), ("rate_limit", "RATE", 12),
-               ("key_concurrency", "PER KEY", 8), ("breakers", "BREAKERS", 8), ("spark", "FINISHED/S, LAST 30 S", 22),
-               ("rate", "NOW/S", 7))  # fmt: skip
+    # 128 columns with their padding: the whole table fits a 130-column terminal, and the sparkline's
+    # column is as wide as its series (one character a second), so its newest seconds are never cut off
+    COLUMNS = (("name", "QUEUE", 16), ("status", "STATUS", 8), ("depth", "DEPTH", 7), ("running", "RUNNING", 8),
+               ("scheduled", "WAITING", 8), ("concurrency", "LIMIT", 7), ("rate_limit", "RATE", 9),
+               ("key_concurrency", "PER KEY", 8), ("breakers", "BREAKERS", 8),
+               ("spark", f"DONE/S, LAST {SPARK_SECONDS} S", SPARK_SECONDS), ("rate", "NOW/S", 7))  # fmt: skip
     POLL_SECONDS = 2.0
     DEFAULT_CSS = """
     QueuesView #keys { height: auto; max-height: 12; padding: 0 1; border-top: solid $boost; }
