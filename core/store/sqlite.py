@@ -185,6 +185,7 @@ def _loads(v: Any) -> Any:
 
 log = logging.getLogger("jobdeck.store")
 ESTIMATED_FROM = 250_000  # matches the sample estimates from which a total is not counted (it would not finish in time)
+SEARCH_ESTIMATED_FROM = 2_000  # the same for a search: each candidate is read and checked (10,000 took > 15 ms)
 SEARCH_INDEX_POLL = 1.0  # seconds between looks for jobs the search index does not hold yet
 WALK_FROM = 2000  # matches from which a sorted page walks the sort's index instead of sorting them
 
@@ -849,7 +850,8 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             began = time.perf_counter()
             # The sample first: a total it puts past ESTIMATED_FROM takes longer to count than the budget
             # anyway (630,000 of a tag, 770,000 of a name prefix: 15 ms spent for nothing before each estimate).
-            if budget_ms > 0 and (estimate := _estimate_count(c, flt)) >= ESTIMATED_FROM:
+            bound = SEARCH_ESTIMATED_FROM if flt.search else ESTIMATED_FROM  # a search checks each candidate
+            if budget_ms > 0 and (estimate := _estimate_count(c, flt)) >= bound:
                 return estimate, False
             deadline = began + budget_ms / 1000
             c.set_progress_handler(lambda: int(time.perf_counter() > deadline), 1000)
