@@ -433,10 +433,22 @@ def _load_jobs(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Job]:
     return out
 
 
+BULK_COUNT_FROM = 100  # jobs from which an insert counts them itself (migration 0022), not the trigger per row
+_COUNT_JOBS = ("INSERT INTO job_counts (queue, state, n) VALUES (?, ?, ?) "
+               "ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n")  # fmt: skip
+
+
 def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
     for job in jobs:
         job.id = tx.new_job_id()
-    tx.conn.executemany(_INSERT_JOB, [_job_row(j) for j in jobs])
+    rows = [_job_row(j) for j in jobs]
+    if len(rows) < BULK_COUNT_FROM:
+        tx.conn.executemany(_INSERT_JOB, rows)
+    else:  # the trigger is off for this one statement; a failure rolls the flag back with the rows
+        tx.conn.execute("UPDATE job_counts_by_trigger SET counting = 0")
+        tx.conn.executemany(_INSERT_JOB, rows)
+        tx.conn.execute("UPDATE job_counts_by_trigger SET counting = 1")
+        tx.conn.executemany(_COUNT_JOBS, [(*k, n) for k, n in Counter((j.queue, j.state) for j in jobs).items()])
     tags = [(t, j.id) for j in jobs for t in j.tags]
     if tags:
         tx.conn.executemany("INSERT OR IGNORE INTO job_tags (tag, job_id) VALUES (?, ?)", tags)

@@ -5,6 +5,7 @@ once and the counters folded meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -79,3 +80,53 @@ async def test_two_nodes_writing_at_once_with_folds_between_keep_exact_counts(ki
         rows = await conn.fetchval("SELECT count(*) FROM job_counts")
     assert rows == 8, f"one row per (queue, state) after a fold, got {rows}"
     await assert_counts_agree(b, "after the fold")
+
+
+async def test_big_batches_and_workflows_are_counted_once_per_queue_and_state(kit: StoreKit) -> None:
+    # SQLite counts an insert of BULK_COUNT_FROM jobs or more itself (migration 0022), not by the trigger
+    from core.store.sqlite import BULK_COUNT_FROM
+    from core.workflow import Deps
+    from tests.store.test_conformance import new_job
+
+    s, now = kit.store, utcnow()
+    await submit(s, *[{"queue": f"q{i % 3}", "delay": 300 if i % 4 == 0 else 0} for i in range(BULK_COUNT_FROM + 50)],
+                 now=now)  # fmt: skip
+    await assert_counts_agree(s, "after a big batch")
+    jobs = [new_job(now, queue=f"w{i % 2}") for i in range(BULK_COUNT_FROM + 20)]
+    await s.submit_workflow("fan", jobs, [None, *[Deps(index=[0]) for _ in jobs[1:]]])
+    await assert_counts_agree(s, "after a big workflow (its children blocked)")
+    await submit(s, {"queue": "q0"}, now=now)  # a small insert: the trigger counts it
+    await assert_counts_agree(s, "after a single submit")
+
+
+async def test_a_big_insert_undone_leaves_the_counts_and_the_trigger_as_they_were(tmp_path: Any) -> None:
+    from core.store import sqlite as sqlite_store
+    from tests.store.test_conformance import new_job
+
+    store = sqlite_store.SQLiteStore(tmp_path / "jobdeck.db", POLICY, on_commit=lambda events: None)
+    await store.open()
+    try:
+        now = utcnow()
+        await submit(store, {"queue": "q"}, now=now)
+
+        def op(tx: Any) -> None:
+            sqlite_store._insert_jobs(tx, [new_job(now, queue="q") for _ in range(sqlite_store.BULK_COUNT_FROM)])
+            raise RuntimeError("fails after its insert")
+
+        for _ in range(2):  # alone in its transaction (rolled back), then beside another op (its savepoint)
+            store.hold_writes()
+            failed = store._write(op)
+            other = submit(store, {"queue": "q"}, now=now) if _ else None
+            store.release_writes()
+            with contextlib.suppress(RuntimeError):
+                await failed
+            if other is not None:
+                await other
+        await assert_counts_agree(store, "after two undone big inserts")
+        assert (await store.stats(now))["by_queue"] == {"q": {"queued": 2}}
+        flag = await store._read(lambda c: c.execute("SELECT counting FROM job_counts_by_trigger").fetchall())
+        assert flag == [(1,)], f"the insert trigger must count again after an undone big insert: {flag}"
+        await submit(store, {"queue": "q"}, now=now)
+        assert (await store.stats(now))["by_queue"] == {"q": {"queued": 3}}
+    finally:
+        await store.close()
