@@ -90,3 +90,60 @@ async def test_a_wal_grown_by_a_burst_is_cut_back_once_checkpointed(tmp_path: Pa
         assert wal.stat().st_size <= 1024 * 1024, f"the WAL stayed at {wal.stat().st_size:,} bytes (was {grown:,})"
     finally:
         await writer.stop()
+
+
+async def test_a_background_op_rides_in_another_commit_and_commits_alone_only_when_idle(tmp_path: Path) -> None:
+    """The background lane (the purge's): queued while the writer is busy, the op goes in the same
+    commit as the next foreground op, at its end, with the small budget; queued on an idle writer, it
+    commits alone after BACKGROUND_IDLE with the larger one; queued when the writer stops, it still
+    commits. A failing background op is undone alone, the foreground op in its commit kept."""
+    import threading
+
+    from core.store import _sqlite_writer as w
+
+    path = tmp_path / "w.db"
+    writer = Writer(path, lambda: 0.0, lambda events: None)
+    await writer.start()
+    seen: list[tuple[str, float, int]] = []  # (op, its background budget, its transaction)
+
+    def noting(name: str, fail: bool = False) -> Any:
+        def op(tx: Tx) -> str:
+            tx.conn.execute("INSERT INTO written (name) VALUES (?)", (name,))
+            seen.append((name, tx.background_budget, id(tx)))
+            if fail:
+                raise Conflict(f"{name} refused")
+            return name
+
+        return op
+
+    try:
+        await writer.run(lambda tx: tx.conn.execute("CREATE TABLE written (name TEXT NOT NULL)") and None)
+        gate = threading.Event()
+        busy = writer.run(lambda tx: gate.wait(30) and None)  # the writer thread is inside this op
+        await asyncio.sleep(0.05)
+        fg, bg = writer.run(noting("fg")), writer.run_background(noting("bg"))
+        gate.set()
+        assert await asyncio.gather(busy, fg, bg) == [None, "fg", "bg"]
+        (fg_name, _, fg_tx), (bg_name, bg_budget, bg_tx) = seen
+        assert (fg_name, bg_name) == ("fg", "bg") and fg_tx == bg_tx, f"one commit, the background op last: {seen}"
+        assert bg_budget == w.RIDE_BUDGET and writer.background_rides == 1 and writer.background_alone == 0
+        seen.clear()
+        assert await writer.run_background(noting("alone")) == "alone"
+        assert seen[0][1] == w.ALONE_BUDGET and writer.background_alone == 1, seen
+        gate.clear()
+        busy = writer.run(lambda tx: gate.wait(30) and None)
+        await asyncio.sleep(0.05)
+        fg, bad = writer.run(noting("kept")), writer.run_background(noting("undone", fail=True))
+        gate.set()
+        results = await asyncio.gather(busy, fg, bad, return_exceptions=True)
+        assert results[1] == "kept" and isinstance(results[2], Conflict), results
+        last = writer.run_background(noting("at-stop"))
+    finally:
+        await writer.stop()
+    assert await last == "at-stop"
+    conn = sqlite3.connect(path)
+    try:
+        assert [r[0] for r in conn.execute("SELECT name FROM written ORDER BY rowid")] == ["fg", "bg", "alone", "kept",
+                                                                                        "at-stop"]  # fmt: skip
+    finally:
+        conn.close()
