@@ -101,7 +101,7 @@ def validate_workflow(jobs: Sequence[Mapping[str, Any]]) -> list[list[int]]:
                                    f"{_some(index)})", field=where)  # fmt: skip
             mine.append(index[dep])
         out.append(list(dict.fromkeys(mine)))
-    cycle = find_cycle({spec["ref"]: list(spec.get("depends_on") or ()) for spec in jobs})
+    cycle = find_cycle({spec["ref"]: list(spec.get("depends_on") or ()) for spec in jobs}) if _cyclic(out) else None
     if cycle is not None:
         # the path follows depends_on; the cycle reads in run order the other way round
         spelled = " -> ".join(reversed(cycle))
@@ -109,6 +109,25 @@ def validate_workflow(jobs: Sequence[Mapping[str, Any]]) -> list[list[int]]:
         raise InvalidInput(f"jobs[{first}].depends_on: the dependencies make a cycle, so none of these jobs could "
                            f"ever start: {spelled}", field=f"jobs[{first}].depends_on")  # fmt: skip
     return out
+
+
+def _cyclic(parents: Sequence[Sequence[int]]) -> bool:
+    """Whether the graph (job index -> its parents' indices) has a cycle: Kahn's count of the jobs that
+    could ever start, a few list operations per edge (find_cycle then spells the cycle out)."""
+    waiting = [len(p) for p in parents]
+    children: list[list[int]] = [[] for _ in parents]
+    for child, mine in enumerate(parents):
+        for p in mine:
+            children[p].append(child)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    started = 0
+    while ready:
+        started += 1
+        for child in children[ready.pop()]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                ready.append(child)
+    return started < len(parents)
 
 
 def _some(index: Mapping[str, int]) -> str:

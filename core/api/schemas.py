@@ -180,8 +180,19 @@ Task = Annotated[ShellTask | HttpTask | PythonTask, Field(discriminator="kind")]
 class Backoff(_Strict):
     """Retry delays: base * 2^(attempt-1), capped, with jitter."""
 
+    model_config = ConfigDict(frozen=True)  # one default instance serves every job that gives none
+
     base: float = Field(1.0, gt=0, le=86_400)
     cap: float = Field(3600.0, gt=0, le=30 * 86_400)
+
+
+_DEFAULT_BACKOFF = Backoff()
+
+
+def _default_backoff() -> Backoff:
+    # a factory, not a default value: the JSON schema stays as it was (no "default" object shown);
+    # building a Backoff per job was ~10 % of validating a 10,000-job body
+    return _DEFAULT_BACKOFF
 
 
 def _epoch(dt: datetime | None, field: str = "time") -> float | None:
@@ -199,7 +210,7 @@ class JobTemplate(_Strict):
     priority: Int = Field(0, ge=PRIORITY_MIN, le=PRIORITY_MAX)
     task: Task
     max_attempts: Int = Field(3, ge=1, le=1000)
-    backoff: Backoff = Field(default_factory=Backoff)
+    backoff: Backoff = Field(default_factory=_default_backoff)
     timeout: float | None = Field(None, gt=0, le=30 * 86_400)
     tags: list[Annotated[Text, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=32)
     labels: Labels = Field(default_factory=dict, description="only agents with all these labels run the job")

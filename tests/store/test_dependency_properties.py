@@ -10,9 +10,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.errors import InvalidInput
 from core.model import FINAL_STATES, RunResult, build_job, decide_finish, utcnow
 from core.store.base import ClaimRequest
-from core.workflow import Deps, find_cycle
+from core.workflow import Deps, find_cycle, validate_workflow
 from tests.store.conftest import POLICY, StoreKit
 from tests.store.test_conformance import NOOP
 
@@ -101,6 +102,26 @@ def test_cycle_detection_agrees_with_a_reference(edges: list[list[int]]) -> None
         assert cycle[0] == cycle[-1] and len(cycle) >= 2
         for a, b in itertools.pairwise(cycle):
             assert b in graph[a], f"{a} -> {b} is not an edge of {graph}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 15).flatmap(lambda n: st.lists(st.lists(st.integers(0, n - 1), max_size=4), min_size=n,
+                                                     max_size=n)))  # fmt: skip
+def test_a_workflow_is_refused_for_a_cycle_exactly_when_the_reference_finds_one(edges: list[list[int]]) -> None:
+    # validate_workflow counts the jobs that could start (Kahn) before it asks find_cycle to spell one out
+    specs = [
+        {"ref": f"n{i}", "depends_on": [f"n{d}" for d in dict.fromkeys(ds) if d != i]} for i, ds in enumerate(edges)
+    ]
+    graph = {s["ref"]: s["depends_on"] for s in specs}
+    try:
+        validate_workflow(specs)
+        refused = None
+    except InvalidInput as exc:
+        refused = exc.message
+    assert (refused is None) == _acyclic_kahn(graph), (graph, refused)
+    if refused is not None:
+        cycle = find_cycle(graph)
+        assert cycle is not None and refused.endswith(" -> ".join(reversed(cycle))), (refused, cycle)
 
 
 def test_a_10000_deep_chain_is_checked_without_recursion() -> None:
