@@ -612,8 +612,11 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                 else:
                     newest = self._writer.next_job_id - 1
                 if newest > upto:
+                    began = time.perf_counter()
                     done, upto = await self._writer.run(lambda tx: search_index.index_slice(tx.conn))
                     if done == search_index.SLICE:
+                        # as long again before the next slice: catching up takes at most half the writer
+                        await asyncio.sleep(min(time.perf_counter() - began, SEARCH_INDEX_POLL))
                         continue
                     upto = max(upto, newest)  # ids up to it that are gone (deleted newest jobs) never come back
             except Unavailable:

@@ -190,3 +190,14 @@ async def test_sqlite_a_total_the_sample_puts_past_the_bound_is_not_counted(
     assert not exact and 850 <= estimate <= 1150, f"a search: expected about 1,000 (an estimate), got {estimate}"
     assert await s.count_jobs(JobFilter(name_prefix="cust-1"), budget_ms=60_000) == (len(
         [i for i in range(0, 3000, 3) if str(i).startswith("1")]), True), "under the bound: counted"  # fmt: skip
+
+
+@pytest.mark.parametrize("kit", ["sqlite"], indirect=True)
+async def test_sqlite_search_index_catches_up_slice_by_slice(kit: StoreKit) -> None:
+    """More new jobs than a slice are indexed in several writes, each found by a search meanwhile."""
+    s = kit.store
+    jobs = await submit(s, *({"name": f"bulk-{i}"} for i in range(1_200)))
+    assert len(await s.list_jobs(JobFilter(search="bulk-"), None, 2_000)) == 1_200, "while indexing"
+    await _search_index_filled(s)
+    assert await s._read(lambda c: c.execute("SELECT count(*) FROM job_search").fetchone()[0]) == 1_200
+    assert [j.id for j in await s.list_jobs(JobFilter(search="bulk-1199"), None, 10)] == [jobs[-1].id]
