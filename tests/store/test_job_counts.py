@@ -93,8 +93,11 @@ async def test_big_batches_and_workflows_are_counted_once_per_queue_and_state(ki
                  now=now)  # fmt: skip
     await assert_counts_agree(s, "after a big batch")
     jobs = [new_job(now, queue=f"w{i % 2}") for i in range(BULK_COUNT_FROM + 20)]
-    await s.submit_workflow("fan", jobs, [None, *[Deps(index=[0]) for _ in jobs[1:]]])
+    wf = await s.submit_workflow("fan", jobs, [None, *[Deps(index=[0]) for _ in jobs[1:]]])
     await assert_counts_agree(s, "after a big workflow (its children blocked)")
+    # its edges went in whole too (PostgreSQL: by COPY from COPY_FROM edges)
+    parents = sorted(p for node in await s.workflow_graph(wf.id) for p in node["parents"])
+    assert parents == [jobs[0].id] * (len(jobs) - 1), f"every child waits on the root: {parents[:5]}..."
     await submit(s, {"queue": "q0"}, now=now)  # a small insert: the trigger counts it
     await assert_counts_agree(s, "after a single submit")
 
