@@ -51,13 +51,23 @@ async def _drain(ctx: RunContext, nodes: Nodes, queue: str, limits: dict[str, An
     specs = [noop_job(queue, **{keyed: f"k{i % KEYS}"}) for i in range(jobs)] if keyed else [noop_job(queue)] * jobs
     await submit_spread(nodes.clients, specs, s.batch_size)
     await wait_for_state(client, queue, "queued", jobs, poll=s.poll_seconds, stall=s.stall_seconds)
+    before = await _dispatch(nodes)
     cpu0 = _cpu(nodes)
     t0 = time.time()
     await client.queue_action(queue, "resume")
     await wait_for_state(client, queue, "succeeded", jobs, poll=s.poll_seconds, stall=s.stall_seconds)
     cpu = _cpu(nodes) - cpu0
     end = await last_event_time(client, queue, "job.succeeded") or time.time()
+    after = await _dispatch(nodes)
+    claims = after[0] - before[0]
+    ctx.progress(f"  {queue}: {claims:,} claims, {(after[1] - before[1]) / max(1, claims):.1f} jobs a claim")
     return end - t0, cpu
+
+
+async def _dispatch(nodes: Nodes) -> tuple[int, int]:
+    """The nodes' claims and the jobs they took so far (GET /v1/stats `dispatch`), summed."""
+    got = [(await c.stats()).get("dispatch", {}) for c in nodes.clients]
+    return sum(int(d.get("claims", 0)) for d in got), sum(int(d.get("jobs_claimed", 0)) for d in got)
 
 
 def _cpu(nodes: Nodes) -> float:
