@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from core.api.direct_submit import DirectSubmit
 from core.api.fields import ID_MAX, PATTERN_WORDS, IdConvertor
 from core.api.proxy import ProxyHeaders, TrustedProxies
 from core.api.ratelimit import RateLimiter
@@ -306,6 +307,8 @@ def create_app(engine: Engine, agent_link: Any = None) -> FastAPI:
         app.include_router(module.router)
     docs.mount_docs(app)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
+    # Innermost: POST /v1/jobs straight to its endpoint, every other request to FastAPI's router.
+    app.add_middleware(DirectSubmit, api=app)
     # Inside BodyLimit (which copies the scope): the router writes the matched route into this scope.
     app.add_middleware(observe.RequestContext, metrics=engine.metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, batch_limit=16 * settings.max_body_bytes)
