@@ -107,7 +107,7 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
             env = modes[mode]
             async with ctx.server(f"obs-{mode}-drain-{tag}", ctx.scale.e2e_slots, env) as (srv, client):
                 rate, _, used = await run_resumed(small_batches, [srv], [client])
-            cpu = (used.server_main + used.server_threads) * used.wall * 1000 / ctx.scale.e2e_jobs
+            cpu = (used.server_main + used.server_threads) * 1000 / ctx.scale.e2e_jobs  # CPU s (not x wall)
             async with ctx.server(f"obs-{mode}-pickup-{tag}", ctx.scale.pickup_slots, env) as (_, client):
                 pickup = await _pickup_ms(ctx, client, ctx.scale.pickup_seconds / 2)
             ctx.progress(f"{mode} {tag}: drain {rate:,.0f} jobs/s, CPU {cpu:.3f} ms/job, pick-up p99 "
