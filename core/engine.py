@@ -69,6 +69,7 @@ BUFFER_SWEEP_EVERY = 30.0  # seconds: the safety net for buffered runs whose rel
 PREPARED_VALID = 1.0  # seconds: a plan made ahead is used if the fire is at most this late
 CATCH_UP_LOOKBACK = 366 * 86400.0  # a resumed schedule's missed fire times are looked for this far back
 CATCH_UP_FILTER = EventFilter(types=frozenset({"queue.*", "job.cancel_requested"}))
+FOLLOW_SLICE = 500  # events the bus loop follows before it lets other tasks run (a big commit is one batch)
 
 
 BULK_DECISIONS: dict[str, Callable[..., Any]] = {
@@ -731,10 +732,12 @@ class Engine:
                     events = await self.store.events_since(last, 100_000, CATCH_UP_FILTER)
                     self._wake_dispatch.set()
                     self._wake_promote.set()
-                for e in events:
+                for i, e in enumerate(events, 1):
                     if e.seq is not None:
                         last = max(last, e.seq)
                     await self._follow(e)
+                    if i % FOLLOW_SLICE == 0:  # a 10,000-job commit: let its caller's answer go out between slices
+                        await asyncio.sleep(0)
 
     async def _follow(self, e: Event) -> None:
         t = e.type

@@ -245,3 +245,36 @@ async def test_illegal_actions_name_the_state(running: RunningNode, state_action
     with pytest.raises(Conflict) as err:
         await c.job_action(job["id"], state_action[1])
     assert state_action[0] in err.value.message
+
+
+async def test_the_bus_loop_lets_other_tasks_run_while_it_follows_a_big_commit(running: RunningNode) -> None:
+    # a 10,000-job submit is one batch of events: followed in one go, it held the submitter's answer back
+    import orjson
+
+    from core.engine import FOLLOW_SLICE
+    from core.model import iso
+    from core.store.base import Event
+
+    engine, followed = running.engine, []
+    follow = engine._follow
+
+    async def counted(e: Event) -> None:
+        followed.append(e.seq)
+        await follow(e)
+
+    engine._follow = counted
+    body = {"data": {"job": {"id": 1, "state": "blocked", "run_at": iso(time.time() + 3600)}}}
+    n = 3 * FOLLOW_SLICE
+    events = [Event(10**9 + i, time.time(), "job.created", None, "q", orjson.dumps(body)) for i in range(n)]
+
+    async def probe() -> int:
+        return len(followed)
+
+    running.node.bus.publish(events)  # the bus loop is woken first ...
+    seen = await asyncio.create_task(probe())  # ... this task right after it
+    assert FOLLOW_SLICE <= seen < n, f"other tasks ran after {seen} of {n} events were followed"
+
+    async def all_followed() -> bool | None:
+        return len(followed) >= n or None
+
+    await until(all_followed, 10, "the bus loop to follow them all")
