@@ -865,7 +865,8 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             # The sample first: a total it puts past ESTIMATED_FROM takes longer to count than the budget
             # anyway (630,000 of a tag, 770,000 of a name prefix: 15 ms spent for nothing before each estimate).
             bound = SEARCH_ESTIMATED_FROM if flt.search else ESTIMATED_FROM  # a search checks each candidate
-            if budget_ms > 0 and (estimate := _estimate_count(c, flt)) >= bound:
+            # Only for a page's total (the default budget): a caller that can wait (a bulk dry run, 1 s) counts.
+            if 0 < budget_ms <= COUNT_BUDGET_MS and (estimate := _estimate_count(c, flt)) >= bound:
                 return estimate, False
             deadline = time.perf_counter() + budget_ms / 1000  # the budget is the count's alone
             c.set_progress_handler(lambda: int(time.perf_counter() > deadline), 1000)
