@@ -383,6 +383,40 @@ def keyed_claim(queue: str, by_key: dict[Any, list[Any]], room: int, *, limits: 
     return KeyedClaim(queue, limits, rotation, picked, [], dry)
 
 
+@dataclass(slots=True)
+class KeyedPick:
+    """One queue's pick among the rows read for each of its groups (CANDIDATE_COLUMNS first; None: jobs
+    without a key), read further while the pick runs a group dry. `step` picks (`keyed_claim`) and names
+    the groups to read again and how many of each (twice what was had, up to the room), dropping what
+    it had of them; the store reads those into `by_key` and steps again until nothing is named. Then
+    `claim` is the pick it would be had every job been read. Pure: each store only reads."""
+
+    queue: str
+    room: int
+    limits: QueueLimits
+    running: dict[str, int]
+    rotation: Rotation
+    now: float
+    aging: float
+    by_key: dict[Any, list[Any]]
+    per: int  # how many of each group's jobs the first read asked for
+    read_to: dict[Any, int] = field(default_factory=dict)  # groups read again: how many were asked for
+    claim: KeyedClaim = field(init=False)
+
+    def step(self) -> dict[Any, int]:
+        """Pick among the rows read; the groups to read again (and how many of each), or {} once it holds."""
+        partial: Collection[Any] = ()
+        if self.limits.fair:  # a group read to its limit may have more waiting
+            partial = {k for k, rows in self.by_key.items() if self.room > len(rows) >= self.read_to.get(k, self.per)}
+        self.claim = keyed_claim(self.queue, self.by_key, self.room, limits=self.limits, running=self.running,
+                                 rotation=self.rotation, now=self.now, aging=self.aging, partial=partial)  # fmt: skip
+        more = {k: min(self.room, 2 * len(self.by_key[k])) for k in self.claim.dry}
+        for k, n in more.items():
+            self.read_to[k] = n
+            del self.by_key[k]
+        return more
+
+
 def merge_keys(picked: list[Candidate]) -> list[tuple[float, int]]:
     """Claim-order keys for jobs picked in rotation order, for merging them with other queues' jobs:
     the picks' own keys sorted, handed out in pick order, so a claim that must cut the merge keeps

@@ -23,12 +23,12 @@ from core.flow import (
     NULL_WINDOW,
     Candidate,
     KeyedClaim,
+    KeyedPick,
     QueueLimits,
     Rotation,
     Share,
     charge,
     forgettable,
-    keyed_claim,
     keys_to_read,
 )
 from core.store._pg_sql import CLAIM_QUEUE, SELECT_JOB
@@ -141,20 +141,13 @@ async def pick_rows(c: Conn, queue: str, limits: QueueLimits, vtime: float, offe
             whole[r["id"]] = r
 
     await read(keys, per, True)
-    read_to = dict.fromkeys(by_key, per)  # how many of each group's jobs were asked for
-    while True:  # a fair pick that ran a key dry reads more of it (twice what it had, up to room) and picks again
-        partial = {k for k, rows in by_key.items() if room > len(rows) >= read_to[k]} if limits.fair else ()
-        claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now,
-                            aging=aging, partial=partial)  # fmt: skip
-        if not claim.dry:
-            break
+    picking = KeyedPick(queue, room, limits, running, rotation, now, aging, by_key, per)
+    while more := picking.step():  # the pick ran these dry while more of them wait: read further, pick again
         # Rows read again are this claim's already (locked by it: SKIP LOCKED skips only other claims' rows).
-        for more in sorted({min(room, 2 * len(by_key[k])) for k in claim.dry}):
-            again = [k for k in claim.dry if min(room, 2 * len(by_key[k])) == more]
-            for k in again:
-                read_to[k] = more
-                del by_key[k]
-            await read([k for k in again if k is not None], more, None in again)
+        for n in sorted(set(more.values())):
+            again = [k for k, m in more.items() if m == n]
+            await read([k for k in again if k is not None], n, None in again)
+    claim = picking.claim
     claim.rows = [whole[p.id] for p in claim.picked]
     return claim
 

@@ -25,12 +25,12 @@ from core.flow import (
     WALK_PAST,
     Candidate,
     KeyedClaim,
+    KeyedPick,
     QueueLimits,
     Rotation,
     Share,
     charge,
     forgettable,
-    keyed_claim,
     keys_to_read,
 )
 
@@ -117,19 +117,14 @@ def pick_rows(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueL
                "ORDER BY sort_key, id LIMIT ?")  # fmt: skip
     if got := c.execute(unkeyed, (queue, now, labels, per)).fetchall():
         by_key[None] = got
-    read_to = dict.fromkeys(by_key, per)  # how many of each group's jobs were asked for
-    while True:  # a fair pick that ran a key dry reads more of it (twice what it had, up to room) and picks again
-        partial = {k for k, rows in by_key.items() if room > len(rows) >= read_to[k]} if limits.fair else ()
-        claim = keyed_claim(queue, by_key, room, limits=limits, running=running, rotation=rotation, now=now,
-                            aging=aging, partial=partial)  # fmt: skip
-        if not claim.dry:
-            break
-        for k in claim.dry:
-            read_to[k] = more = min(room, 2 * len(by_key[k]))
+    picking = KeyedPick(queue, room, limits, running, rotation, now, aging, by_key, per)
+    while more := picking.step():  # the pick ran these dry while more of them wait: read further, pick again
+        for k, n in more.items():
             if k is None:
-                by_key[None] = c.execute(unkeyed, (queue, now, labels, more)).fetchall()
+                by_key[None] = c.execute(unkeyed, (queue, now, labels, n)).fetchall()
             else:
-                by_key[k] = [r[:-1] for r in c.execute(heads, (queue, labels, orjson.dumps([k]).decode(), more, now))]
+                by_key[k] = [r[:-1] for r in c.execute(heads, (queue, labels, orjson.dumps([k]).decode(), n, now))]
+    claim = picking.claim
     ids = [p.id for p in claim.picked]
     whole = {r[0]: r for r in c.execute(f"{select_job} WHERE id IN ({', '.join('?' * len(ids))})", ids)}
     claim.rows = [whole[i] for i in ids]

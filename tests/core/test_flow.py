@@ -12,6 +12,7 @@ from core.flow import (
     AgentClaim,
     Bucket,
     Candidate,
+    KeyedPick,
     QueueLimits,
     Rotation,
     Share,
@@ -156,17 +157,14 @@ def test_a_fair_pick_from_a_few_jobs_per_key_read_further_when_dry_is_the_pick_f
 
     per = fair_per_key(room, [k for k in every if k is not None], heavy)
     read = {k: v[:per] for k, v in every.items()}
-    read_to = dict.fromkeys(read, per)
+    picking = KeyedPick("q", room, lim, {}, rotation(), now, 60.0, read, per)
     for _ in range(20):
-        partial = {k for k, v in read.items() if room > len(v) >= read_to[k]}
-        dry: set[str | None] = set()
-        got = pick(read, room, limits=lim, key_running={}, rotation=rotation(), now=now, aging=60.0,
-                   partial=partial, dry=dry)  # fmt: skip
-        if len(got) >= room or not dry:
+        more = picking.step()
+        if not more:
             break
-        for k in dry:
-            read_to[k] = min(room, 2 * len(read[k]))
-            read[k] = every[k][: read_to[k]]
+        for k, n in more.items():
+            read[k] = every[k][:n]
+    got = picking.claim.picked
     whole = pick(every, room, limits=lim, key_running={}, rotation=rotation(), now=now, aging=60.0)
     assert [c.id for c in got] == [c.id for c in whole]
 
