@@ -81,6 +81,42 @@ BULK_DECISIONS: dict[str, Callable[..., Any]] = {
 }
 
 
+class StallGrace:
+    """When the node's own event loop stalls (a 10,000-job batch, a swapped-out process, SIGSTOP), the
+    agents' heartbeats wait unread in their sockets and the leases they renew are not renewed. Judging
+    agents and leases the moment the loop runs again would blame live agents for the node's own
+    silence. So after a late wake-up the reaper waits two heartbeats (at most a lease) for the backlog
+    to be read and fresh heartbeats to arrive. A node that stalls again and again still judges at
+    least once a lease, so a dead agent's jobs are not held for ever."""
+
+    def __init__(self, interval: float, heartbeat: float, lease: float) -> None:
+        self.interval = interval
+        self.tolerance = heartbeat / 2  # a shorter stall cannot hide a whole lease of heartbeats
+        self.grace = min(2 * heartbeat, lease)
+        self.lease = lease
+        self.judge_after = 0.0
+        self._since: float | None = None  # when the current run of stalls began
+
+    def woke(self, slept_from: float, now: float) -> float:
+        """The stall in seconds if the sleep that began at `slept_from` ended late, else 0."""
+        late = now - slept_from - self.interval
+        if late <= self.tolerance:
+            if now >= self.judge_after:
+                self._since = None
+            return 0.0
+        if self._since is None:
+            self._since = now
+        if now >= self._since + self.lease:  # stalling for a lease already: judge now, then start afresh
+            self._since = None
+            self.judge_after = now
+        else:
+            self.judge_after = min(now + self.grace, self._since + self.lease)
+        return late
+
+    def may_judge(self, now: float) -> bool:
+        return now >= self.judge_after
+
+
 class Engine:
     """One node's scheduler and dispatcher over a Store and a Bus."""
 
@@ -657,8 +693,21 @@ class Engine:
 
     async def _reap_loop(self) -> None:
         announced = 0.0
+        interval = self.settings.reap_interval_seconds
+        stalls = StallGrace(interval, self.settings.heartbeat_seconds, self.settings.lease_seconds)
         while True:
-            await asyncio.sleep(self.settings.reap_interval_seconds)
+            slept_from = time.monotonic()
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            if late := stalls.woke(slept_from, now):
+                log.warning(
+                    "this node's event loop stalled for %.1f s: agents and leases are judged again in %.1f s, "
+                    "once the heartbeats that waited unread are in",
+                    late,
+                    stalls.judge_after - now,
+                )
+            if not stalls.may_judge(now):
+                continue
             await self.hub.drop_silent_agents()
             if time.monotonic() - announced >= self.settings.heartbeat_seconds:
                 self.hub.announce()

@@ -5,6 +5,7 @@ the result is a real TCP proxy."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -353,6 +354,36 @@ async def test_a_finished_run_whose_attempt_was_recorded_lost_is_recorded_late_n
     finally:
         with contextlib.suppress(ProcessLookupError):
             agent.send_signal(signal.SIGCONT)
+        _stop(agent)
+        server.kill()
+
+
+async def test_a_node_frozen_past_the_lease_reads_its_live_agents_heartbeats_before_it_judges(tmp_path: Path) -> None:
+    """The node itself stalls (SIGSTOP, as a 10,000-job batch or a swapped-out process would) for
+    longer than the lease while its agent keeps sending heartbeats. Thawed, it reads them before it
+    judges: the running attempt is not recorded lost, the agent is not dropped, the job runs once."""
+    server = spawn_jobdeck(tmp_path / "data", "server", env={**LEASES, "JOBDECK_LEASE_SECONDS": "3"})
+    agent = spawn_agent(server.url, "alive", tmp_path, "--heartbeat", "1", "--slots", "1")
+    try:
+        async with JobDeckClient(server.url) as c:
+            await until(lambda: _registered(c, "alive"), 30, "the agent to register")
+            job = await c.submit({"task": recorder_task(tmp_path, 8), "backoff": {"base": 0.1, "cap": 0.1}})
+            await until(lambda: len(recorded_runs(tmp_path)) == 1, 30, "the run to start")
+        server.proc.send_signal(signal.SIGSTOP)
+        await asyncio.sleep(5)  # longer than the 3 s lease
+        server.proc.send_signal(signal.SIGCONT)
+        async with JobDeckClient(server.url) as c:
+            done = await until(lambda: _finished(c, job["id"]), 30, "the job to finish")
+            attempts = await c.attempts(job["id"])
+        assert done["state"] == "succeeded", done
+        assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "succeeded")], attempts
+        assert [w for w, *_ in recorded_runs(tmp_path)] == ["start", "end"], "the job ran once"
+        log = server.output()
+        assert "event loop stalled" in log, log[-3000:]
+        assert "marking it lost" not in log, log[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            server.proc.send_signal(signal.SIGCONT)
         _stop(agent)
         server.kill()
 
