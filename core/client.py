@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -210,7 +211,8 @@ class JobDeckClient:
         if tls is not None:
             reason = tls.reason or str(tls)
             return Unavailable(f"TLS with {self.server} failed ({reason}); is it a JobDeck node serving https?")
-        hint = "is it running? (`jobdeck up` starts one; --server or JOBDECK_SERVER says where it is)"
+        prog = os.environ.get("JOBDECK_PROG") or "jobdeck"  # what the user types: `./dev` sets it
+        hint = f"is it running? (`{prog} up` starts one; --server or JOBDECK_SERVER says where it is)"
         if self.server.startswith("http://") and isinstance(
             exc, (httpx.RemoteProtocolError, httpx.ReadError, websockets.InvalidMessage, EOFError)
         ):

@@ -77,10 +77,14 @@ def test_json_mode_reports_errors_as_the_apis_error_object(jobdeck_process: Serv
     assert json.loads(out.stderr) == {"error": "not_found", "message": "no job with id 999999", "field": "id"}
 
 
-def test_an_unreachable_server_says_where_it_looked() -> None:
+def test_an_unreachable_server_says_where_it_looked_and_how_to_start_one() -> None:
     for args in (("jobs", "ls"), ("events",)):
         out = jobdeck(None, *args, timeout=30)
         assert out.returncode == 1 and "cannot reach JobDeck" in out.stderr and "127.0.0.1:9" in out.stderr, out.stderr
+        assert "`jobdeck up` starts one" in out.stderr, out.stderr
+    via_dev = subprocess.run([sys.executable, "-m", "core.cli", "--server", "http://127.0.0.1:9", "jobs", "ls"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=30, env={**os.environ, "JOBDECK_PROG": "./dev"})  # fmt: skip
+    assert "`./dev up` starts one" in via_dev.stderr, via_dev.stderr
 
 
 def test_a_closed_pipe_is_not_an_error(jobdeck_process: ServerProcess) -> None:
