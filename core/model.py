@@ -557,7 +557,7 @@ def build_job(spec: dict[str, Any], now: float, policy: Policy) -> Job:
     max_attempts = int(spec.get("max_attempts", 3))
     return Job(
         id=0,
-        name=spec.get("name") or default_name(spec["task"]),
+        name=spec.get("name") or spec.get("ref") or default_name(spec["task"]),  # a workflow job: its ref
         queue=spec.get("queue") or "default",
         state=state.value,
         priority=priority,

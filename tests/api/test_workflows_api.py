@@ -33,7 +33,7 @@ async def test_a_diamond_runs_in_dependency_order_and_succeeds(running: RunningN
     log = tmp_path / "order.log"
     step = lambda ref, *deps: sh(ref, f"sleep 0.05; echo {ref} >> {log}", *deps)  # noqa: E731
     out = await running.client.submit_workflow(
-        "diamond", [step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")]
+        "diamond", [step("a"), step("b", "a"), step("c", "a"), {**step("d", "b", "c"), "name": "merge"}]
     )
     assert set(out["ids"]) == {"a", "b", "c", "d"} and out["workflow"]["counts"] == {"queued": 1, "blocked": 3}
     wf = await wait_workflow(running, out["workflow"]["id"])
@@ -42,7 +42,9 @@ async def test_a_diamond_runs_in_dependency_order_and_succeeds(running: RunningN
     assert order[0] == "a" and order[-1] == "d" and sorted(order[1:3]) == ["b", "c"], order
     d = await running.client.get_job(out["ids"]["d"])
     assert sorted(d["parents"]) == sorted([out["ids"]["b"], out["ids"]["c"]]) and d["children"] == []
-    assert d["workflow_id"] == wf["id"] and d["ref"] == "d"
+    assert d["workflow_id"] == wf["id"] and d["ref"] == "d" and d["name"] == "merge"
+    b = await running.client.get_job(out["ids"]["b"])
+    assert b["name"] == "b", "a workflow job without a name is listed by its ref, not by its command"
     nodes = {n["ref"]: n for n in wf["nodes"]}
     assert nodes["d"]["parents"] == sorted([out["ids"]["b"], out["ids"]["c"]])
     listed = await running.client.workflows(state="succeeded")
