@@ -4,8 +4,9 @@ span, attribute and value) cost about 55 us a span, most of a job's tracing cost
 
 A span is a `Record` tuple. `SpanBatcher.add` only appends it to a deque (no lock, no wake per span);
 its thread wakes when a batch is full (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512) or every
-OTEL_BSP_SCHEDULE_DELAY ms (5000), encodes the batch and posts it with the SDK's OTLP/HTTP client, so
-the endpoint, headers, timeout, compression, certificates and retries are the standard OTEL_* ones.
+OTEL_BSP_SCHEDULE_DELAY ms (5000), encodes the batch and posts it over one kept-alive connection
+(core/obs/otlp_http.py: the endpoint, headers, timeout, compression and certificates are the
+standard OTEL_EXPORTER_OTLP_* ones).
 Beyond OTEL_BSP_MAX_QUEUE_SIZE (2048) waiting spans, new ones are dropped (and counted), as the SDK does.
 """
 
@@ -20,6 +21,8 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from core.obs.otlp_http import OtlpHttpPoster
 
 log = logging.getLogger("jobdeck.tracing")
 
@@ -159,13 +162,8 @@ def _env_int(name: str, default: int) -> int:
 class SpanBatcher:
     """Records waiting for export, and the thread that exports them over OTLP/HTTP."""
 
-    def __init__(self, resource: Mapping[str, Any], client: Any = None) -> None:
-        if client is None:  # the SDK exporter reads OTEL_EXPORTER_OTLP_(TRACES_)* itself; its client posts bytes
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            self._exporter: Any = OTLPSpanExporter()
-            client = self._exporter._client
-        self._client = client
+    def __init__(self, resource: Mapping[str, Any], poster: OtlpHttpPoster | None = None) -> None:
+        self.poster = poster if poster is not None else OtlpHttpPoster()  # OTEL_EXPORTER_OTLP_(TRACES_)*
         self._resource = dict(resource)
         self._queue: collections.deque[Record] = collections.deque()
         self.max_queue = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
@@ -209,11 +207,8 @@ class SpanBatcher:
         while q:
             batch = [q.popleft() for _ in range(min(len(q), self.batch))]
             try:
-                result = self._client.export(encode(batch, self._resource))
-                if getattr(result, "success", True):
+                if self.poster.post(encode(batch, self._resource)):  # it logs a refusal itself
                     self.exported += len(batch)
-                else:
-                    log.warning("span export failed: %s", getattr(result, "error", result))
             except Exception as e:  # an exporter's failure never reaches the node
                 log.warning("span export failed: %s", e)
 
@@ -233,5 +228,4 @@ class SpanBatcher:
         self._stopping = True
         self._wake.set()
         self._thread.join(30)
-        if hasattr(self, "_exporter"):
-            self._exporter.shutdown()
+        self.poster.close()

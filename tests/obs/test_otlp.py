@@ -5,6 +5,7 @@ JOBDECK_TRACING=otlp, at the default sampling, post every job's trace to an OTLP
 from __future__ import annotations
 
 import contextlib
+import gzip
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +16,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from core.obs import otlp
+from core.obs.otlp_http import OtlpHttpPoster
 from core.obs.tracing import tracing_for
 from tests.conftest import until
 from tests.obs.test_tracing import CALLER_SPAN, CALLER_TRACE, TRACEPARENT, _run, _serve
@@ -64,12 +66,26 @@ def test_the_encoded_request_reads_back_with_the_official_otlp_classes() -> None
 
 
 class _Receiver(BaseHTTPRequestHandler):
-    """An OTLP/HTTP endpoint: each POST to /v1/traces read with the official classes."""
+    """An OTLP/HTTP endpoint, as a collector is: HTTP/1.1, connections kept open. Each POST to
+    /v1/traces is read with the official classes (gunzipped if it says gzip); `posts` keeps each one's
+    connection (its client port) and headers; `answers`, if any, are the statuses of the next POSTs."""
 
+    protocol_version = "HTTP/1.1"
     spans: ClassVar[list[tuple[dict[str, Any], Any]]] = []
+    posts: ClassVar[list[tuple[int, dict[str, str]]]] = []
+    answers: ClassVar[list[int]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        _Receiver.posts.append((self.client_address[1], {k.lower(): v for k, v in self.headers.items()}))
+        if _Receiver.answers:
+            self.send_response(_Receiver.answers.pop(0))
+            self.send_header("retry-after", "0")
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        if self.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
         if self.path == "/v1/traces" and self.headers.get("content-type") == "application/x-protobuf":
             for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
                 for ss in rs.scope_spans:
@@ -141,3 +157,58 @@ def test_a_full_export_queue_drops_new_spans_and_says_so(monkeypatch: pytest.Mon
         assert sum("queue full" in r.message for r in caplog.records) == 1, caplog.text
     finally:
         batcher.shutdown()
+
+
+def _spans(n: int) -> list[otlp.Record]:
+    return [("s", 1, i + 1, 0, 1, 2, {"jobdeck.job_id": i}, (), None) for i in range(n)]
+
+
+def test_spans_go_over_one_kept_alive_connection_with_the_configured_headers_and_gzip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several exports reach a real HTTP/1.1 collector over one connection, with
+    OTEL_EXPORTER_OTLP_HEADERS as given and gzipped as OTEL_EXPORTER_OTLP_COMPRESSION asks. A ~/.netrc
+    entry for the collector's host is not sent: the SDK's client (requests) read it on every POST and
+    its credentials replaced the configured authorization header."""
+    _Receiver.spans, _Receiver.posts, _Receiver.answers = [], [], []
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20t0ken,x-tenant=team-a")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "100")
+    with _endpoint() as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+        batcher = otlp.SpanBatcher({"service.name": "x"})
+        try:
+            for r in _spans(450):
+                batcher.add(r)
+            assert batcher.flush(10), "exported in time"
+        finally:
+            batcher.shutdown()
+    assert sorted(s.span_id for _, s in _Receiver.spans) == [(i + 1).to_bytes(8, "big") for i in range(450)]
+    assert len(_Receiver.posts) == 5, f"5 exports of at most 100 spans, got {len(_Receiver.posts)}"
+    assert len({port for port, _ in _Receiver.posts}) == 1, f"one connection, got ports {_Receiver.posts}"
+    for _, headers in _Receiver.posts:
+        assert (headers.get("authorization"), headers.get("x-tenant")) == ("Bearer t0ken", "team-a"), headers
+        assert headers.get("content-encoding") == "gzip", headers
+
+
+def test_a_busy_collector_s_export_is_retried_and_a_refused_one_is_dropped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """503 (Retry-After: 0) then 200: the batch arrives, posted twice. 400: dropped, said once, not retried."""
+    _Receiver.spans, _Receiver.posts, _Receiver.answers = [], [], [503]
+    with _endpoint() as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{url}/v1/traces")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # the traces one wins
+        poster = OtlpHttpPoster()
+        assert poster.post(otlp.encode(_spans(3), {})), "taken after one retry"
+        assert (len(_Receiver.posts), len(_Receiver.spans)) == (2, 3)
+        _Receiver.answers = [400]
+        assert not poster.post(otlp.encode(_spans(3), {})), "a refused batch is not exported"
+        assert (len(_Receiver.posts), len(_Receiver.spans)) == (3, 3), "not retried"
+        poster.close()
+    assert sum("400" in r.message for r in caplog.records) == 1, caplog.text
