@@ -337,8 +337,8 @@ class AgentHub:
                 "could not record %d results from %s (%s): it sends them again", len(results), session.name, exc
             )
             return
-        metrics = self.engine.metrics
         acks: list[list[Any]] = []
+        ran: list[tuple[str, str, float | None, float | None]] = []  # for the run-time histogram, at once
         sent: list[tuple[str, str, int, bool]] = []  # outcomes of http requests, for their breakers
         for job_id, res in out.items():
             rr = runs[job_id]
@@ -352,10 +352,11 @@ class AgentHub:
             acks.append([job_id, rr.attempt, None])
             if (ok := reported[job_id].get("breaker_ok")) is not None and (host := breaker_key(res.task)):
                 sent.append((res.queue, host, job_id, bool(ok)))
-            metrics.ran(res.queue, rr.outcome, rr.started_at, rr.finished_at)
+            ran.append((res.queue, rr.outcome, rr.started_at, rr.finished_at))
             self.engine.tracing.result(res, rr.outcome, rr.attempt, began)
             if res.state == "failed" and res.run_at < self.engine.next_promote_at:
                 self.engine.wake_promoter()
+        self.engine.metrics.ran(ran)
         self.engine.wake()
         with contextlib.suppress(ChannelClosed, ConnectionError):
             await session.channel.send({"type": "result_ack", "results": acks})

@@ -14,6 +14,8 @@ Two kinds of series, on two paths, so a sum over nodes is never a double count:
 
 from __future__ import annotations
 
+import bisect
+import collections
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -102,15 +104,32 @@ class NodeMetrics:
             else:
                 self._child(self.finished, queue, OUTCOMES[t]).inc(n)
 
-    def claimed(self, jobs: Iterable[Job], now: float) -> None:
-        """Pick-up latency of jobs just claimed: from when each was due to now."""
-        for j in jobs:
-            self._child(self.pickup, j.queue).observe(max(0.0, now - j.run_at))
+    def _observe_all(self, metric: Any, values: dict[tuple[str, ...], list[float]]) -> None:
+        """Observe a batch (values by label values) bucket by bucket: one increment of the sum and of
+        each bucket hit per batch, where `observe` locks the sum and a bucket once per value."""
+        for labels, xs in values.items():
+            child = self._child(metric, *labels)
+            bounds = child._upper_bounds  # prometheus-client's own (pinned): what `observe` walks
+            hits = collections.Counter(bisect.bisect_left(bounds, x) for x in xs)  # the first bound >= x
+            child._sum.inc(sum(xs))
+            for i, n in hits.items():
+                child._buckets[i].inc(n)
 
-    def ran(self, queue: str, outcome: str, started_at: float | None, finished_at: float | None) -> None:
-        """One attempt's run time as its agent reported it."""
-        if started_at is not None and finished_at is not None:
-            self._child(self.run, queue, outcome).observe(max(0.0, finished_at - started_at))
+    def claimed(self, jobs: Iterable[Job], now: float) -> None:
+        """Pick-up latency of jobs just claimed (one claim's batch): from when each was due to now."""
+        waits: dict[tuple[str, ...], list[float]] = {}
+        for j in jobs:
+            waits.setdefault((j.queue,), []).append(max(0.0, now - j.run_at))
+        self._observe_all(self.pickup, waits)
+
+    def ran(self, runs: Iterable[tuple[str, str, float | None, float | None]]) -> None:
+        """Run times of attempts (queue, outcome, started_at, finished_at) as their agent reported them
+        (one batch of results)."""
+        times: dict[tuple[str, ...], list[float]] = {}
+        for queue, outcome, started_at, finished_at in runs:
+            if started_at is not None and finished_at is not None:
+                times.setdefault((queue, outcome), []).append(max(0.0, finished_at - started_at))
+        self._observe_all(self.run, times)
 
     def lease_expired(self, queue: str) -> None:
         self._child(self.lease_expiries, queue).inc()
@@ -153,7 +172,7 @@ class NoMetrics(NodeMetrics):
     def claimed(self, jobs: Iterable[Job], now: float) -> None:
         return None
 
-    def ran(self, queue: str, outcome: str, started_at: float | None, finished_at: float | None) -> None:
+    def ran(self, runs: Iterable[tuple[str, str, float | None, float | None]]) -> None:
         return None
 
     def lease_expired(self, queue: str) -> None:

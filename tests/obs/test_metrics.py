@@ -155,3 +155,42 @@ async def test_schedules_running_jobs_relays_and_lease_expiries_show_in_the_metr
     assert (await client.get_job(stored.id))["state"] in ("failed", "dead", "queued"), "the lost attempt is recorded"
     await client.job_action(long_job, "cancel")
     await client.delete_schedule(sched["id"])
+
+
+def test_a_batch_s_latencies_land_in_the_buckets_observe_puts_them_in() -> None:
+    """The hot path counts a claim's (or a result batch's) values bucket by bucket: each value on a
+    bound, between bounds, past the last and zero lands where prometheus-client's `observe` puts it."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from core.model import Policy, build_job
+    from core.obs.metrics import PICKUP_BUCKETS, RUN_BUCKETS, NodeMetrics
+
+    now = 1_700_000_000.0
+    waits = [0.0, *PICKUP_BUCKETS, *(b * 1.5 for b in PICKUP_BUCKETS), 0.0049, 4000.0, 0.01, 0.01]
+    jobs = []
+    for i, w in enumerate(waits):
+        job = build_job({"queue": "qa" if i % 3 else "qb", "task": {"kind": "shell", "command": "true"}}, now, Policy())
+        job.run_at = -w  # claimed at 0: waits exactly w (now - w would round some off their bound)
+        jobs.append(job)
+    runs = [("qa", "succeeded" if i % 2 else "failed", 0.0, w) for i, w in enumerate(waits)]
+    ours = NodeMetrics()
+    ours.claimed(jobs[:7], 0.0)
+    ours.claimed(jobs[7:], 0.0)
+    ours.ran(runs)
+    ref = CollectorRegistry()
+    pickup = Histogram("jobdeck_pickup_latency_seconds", "x", ["queue"], buckets=PICKUP_BUCKETS, registry=ref)
+    run = Histogram("jobdeck_run_duration_seconds", "x", ["queue", "outcome"], buckets=RUN_BUCKETS, registry=ref)
+    for job, w in zip(jobs, waits, strict=True):
+        pickup.labels(job.queue).observe(w)
+    for queue, outcome, start, end in runs:
+        run.labels(queue, outcome).observe(end - start)
+
+    def samples(text: bytes, name: str) -> dict[str, str]:
+        return {ln.rsplit(" ", 1)[0]: ln.rsplit(" ", 1)[1] for ln in text.decode().splitlines()
+                if ln.startswith(name) and "_created" not in ln}  # fmt: skip
+
+    for name in ("jobdeck_pickup_latency_seconds", "jobdeck_run_duration_seconds"):
+        got, want = samples(ours.text(), name), samples(generate_latest(ref), name)
+        assert got.keys() == want.keys(), (got.keys(), want.keys())
+        for k in want:  # sums may differ in the last digits: summed in another order
+            assert abs(float(got[k]) - float(want[k])) <= 1e-9 * max(1.0, float(want[k])), (k, got[k], want[k])
