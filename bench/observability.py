@@ -30,7 +30,8 @@ from bench.report import Figure, percentile
 from bench.throughput import run_resumed
 from bench.workload import BenchClient, all_jobs, epoch, noop_job, wait_for_state
 
-SUBMIT_BATCH = 25  # jobs per submit call in the drains: 200 traces in a 5,000-job drain
+SUBMIT_BATCH = 25  # jobs per submit call in the drains: 800 traces in a 20,000-job drain
+DRAIN_JOBS = 20_000  # jobs of each drain turn, at least (--jobs if more)
 QUEUE = "obs-pickup"
 
 
@@ -109,13 +110,17 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
         }
         # Submitted in batches of SUBMIT_BATCH: a batch is one trace (sampled or not as a whole), so a
         # drain holds enough traces for the default sampling's share to show, in every mode alike.
-        small_batches = dataclasses.replace(ctx, scale=dataclasses.replace(ctx.scale, batch_size=SUBMIT_BATCH))
+        # Drains of at least DRAIN_JOBS: a --quick drain of 5,000 took 0.6-0.8 s at load 2, so a few tens
+        # of ms of start-up or scheduling noise moved a turn by the 5 % the metrics floor is about.
+        jobs = max(ctx.scale.e2e_jobs, DRAIN_JOBS)
+        small_batches = dataclasses.replace(ctx, scale=dataclasses.replace(ctx.scale, batch_size=SUBMIT_BATCH,
+                                                                           e2e_jobs=jobs))  # fmt: skip
 
         async def turn(mode: str, tag: str) -> tuple[float, float, list[float]]:
             env = modes[mode]
             async with ctx.server(f"obs-{mode}-drain-{tag}", ctx.scale.e2e_slots, env) as (srv, client):
                 rate, _, used = await run_resumed(small_batches, [srv], [client])
-            cpu = (used.server_main + used.server_threads) * 1000 / ctx.scale.e2e_jobs  # CPU s (not x wall)
+            cpu = (used.server_main + used.server_threads) * 1000 / jobs  # CPU s (not x wall)
             async with ctx.server(f"obs-{mode}-pickup-{tag}", ctx.scale.pickup_slots, env) as (_, client):
                 pickup = await _pickup_ms(ctx, client, ctx.scale.pickup_seconds / 2)
             ctx.progress(f"{mode} {tag}: drain {rate:,.0f} jobs/s, CPU {cpu:.3f} ms/job, pick-up p99 "
