@@ -1,16 +1,8 @@
-"""The SQLite store's one writer thread: group commit, the outbox, and migrations.
-
-Besides the operations callers wait on, a background lane (`run_background`: the retention's purge
-slices) takes what the writer's commits have to spare: a background operation rides at the end of a
-commit the writer makes anyway (no fsync of its own), with a small budget of work
-(`Tx.background_budget`, RIDE_BUDGET), and commits alone, with a larger one (ALONE_BUDGET), only
-when no other write came for BACKGROUND_IDLE.
-"""
+"""The SQLite store's one writer thread: group commit, the outbox, and migrations."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import queue
 import sqlite3
@@ -35,9 +27,6 @@ MAX_OPS_PER_COMMIT = 2000
 CHECKPOINT_EVERY = 0.5  # seconds
 WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes
 TRUNCATE_WAIT = 0.05  # seconds a truncating checkpoint waits for readers before it gives up
-BACKGROUND_IDLE = 0.02  # seconds a background op waits for a commit to ride in before it commits alone
-RIDE_BUDGET = 0.003  # seconds of work a background op may add to another's commit
-ALONE_BUDGET = 0.01  # seconds of work a background op may do in a commit of its own
 NEXT_JOB_ID = (
     "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
     "coalesce((SELECT max(id) FROM jobs), 0)) + 1"
@@ -110,7 +99,6 @@ class Tx:
         self._now_iso = iso(now)  # every event of one transaction shares its time
         self.events: list[Event] = []
         self.audit: AuditScope | None = None  # set while an audited operation runs
-        self.background_budget = ALONE_BUDGET  # seconds of work for a background op (see Writer.run_background)
 
     def new_job_id(self) -> int:
         """A fresh job id (the writer is the only one handing them out)."""
@@ -156,9 +144,6 @@ class Writer:
         # Each item is a list of ops: one, or those queued while writes were held (see `hold`).
         self._queue: queue.SimpleQueue[list[tuple[Op, asyncio.Future[Any]]] | None] = queue.SimpleQueue()
         self._held: list[tuple[Op, asyncio.Future[Any]]] | None = None
-        self._background: collections.deque[tuple[Op, asyncio.Future[Any]]] = collections.deque()
-        self.background_rides = 0  # background ops that rode in another's commit
-        self.background_alone = 0  # and those that committed alone (no other write came)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -194,20 +179,6 @@ class Writer:
             self._held.append((op, fut))
         else:
             self._queue.put([(op, fut)])
-        return fut
-
-    def run_background(self, op: Op) -> asyncio.Future[Any]:
-        """Queue `op` in the background lane: it goes at the end of the writer's next commit, with
-        `tx.background_budget` = RIDE_BUDGET, or alone with ALONE_BUDGET once no other write has come
-        for BACKGROUND_IDLE. The future resolves after its commit. For work no caller waits on (the
-        purge): it never costs a commit of its own while others write."""
-        assert self._loop is not None
-        fut: asyncio.Future[Any] = self._loop.create_future()
-        if self._closed:
-            fut.set_exception(Unavailable("the store is closed"))
-            return fut
-        self._background.append((op, fut))
-        self._queue.put([])  # wakes a writer that waits for work with nothing in the background lane
         return fut
 
     def hold(self) -> None:
@@ -248,19 +219,11 @@ class Writer:
             target=self._checkpoint, args=(stop_checkpoints,), name="jobdeck-sqlite-checkpoint", daemon=True
         )
         checkpointer.start()
-        background = self._background
         while True:
-            idle = False
-            if background:
-                try:
-                    item = self._queue.get(timeout=BACKGROUND_IDLE)
-                except queue.Empty:
-                    item, idle = [], True
-            else:
-                item = self._queue.get()
+            item = self._queue.get()
             if item is None:
                 break
-            batch = list(item)
+            batch = item
             while len(batch) < MAX_OPS_PER_COMMIT:
                 try:
                     more = self._queue.get_nowait()
@@ -270,19 +233,7 @@ class Writer:
                     self._queue.put(None)
                     break
                 batch += more
-            budget = ALONE_BUDGET
-            if background and (batch or idle):
-                if batch:
-                    budget = RIDE_BUDGET
-                    self.background_rides += 1
-                else:
-                    self.background_alone += 1
-                batch.append(background.popleft())  # last: the others' work is not kept waiting by it
-            if batch:
-                next_seq, next_job_id = self._commit(conn, batch, next_seq, next_job_id, budget)
-                self.next_job_id = next_job_id
-        while background:  # stopping: what is left of the background lane commits alone
-            next_seq, next_job_id = self._commit(conn, [background.popleft()], next_seq, next_job_id)
+            next_seq, next_job_id = self._commit(conn, batch, next_seq, next_job_id)
             self.next_job_id = next_job_id
         stop_checkpoints.set()
         checkpointer.join()
@@ -316,16 +267,10 @@ class Writer:
             conn.close()
 
     def _commit(
-        self,
-        conn: sqlite3.Connection,
-        batch: list[tuple[Op, asyncio.Future[Any]]],
-        next_seq: int,
-        next_job_id: int,
-        background_budget: float = ALONE_BUDGET,
+        self, conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any]]], next_seq: int, next_job_id: int
     ) -> tuple[int, int]:
         assert self._loop is not None
         tx = Tx(conn, next_seq, next_job_id, self._clock())
-        tx.background_budget = background_budget
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         began = time.perf_counter()
         try:

@@ -6,13 +6,10 @@ on both engines, so an archive written by one restores into the other. A purge d
 that are still finished and still past their cutoff: a job retried between the archive's read and
 the purge stays (its archived copy is then an old version, which a restore skips: the id exists).
 
-A purge never holds the writer for long: it goes in write operations of about PURGE_SLICE seconds
-of work each (DELETEs of PURGE_CHUNK jobs until the slice is spent), so the claims, results and
-submits queued meanwhile commit in between. In one transaction, 500 jobs with their attempts, tags
-and the jobs' 20 indexes held every other write 30-130 ms at a load of 5. On SQLite the slices go in
-the writer's background lane (core/store/_sqlite_writer.py): a slice rides at the end of a commit
-the writer makes for others anyway, doing RIDE_CHUNK jobs at a time for about RIDE_BUDGET, instead
-of paying a commit (an fsync) of its own; it commits alone only when the writer has been idle.
+A purge never holds the writer for long: it goes in write operations of its own of about
+PURGE_SLICE seconds of work each (DELETEs of PURGE_CHUNK jobs until the slice is spent), so the
+claims, results and submits queued meanwhile commit in between. In one transaction, 500 jobs with
+their attempts, tags and the jobs' 20 indexes held every other write 30-130 ms at a load of 5.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from core.store._pg_writer import Conn, PgTx
-    from core.store._sqlite_writer import Tx, Writer
+    from core.store._sqlite_writer import Tx
 
 FINISHED_STATES = ("succeeded", "dead", "cancelled")
 ATTEMPT_COLUMNS = ("attempt", "agent", "claimed_at", "started_at", "finished_at", "outcome", "error", "exit_code",
@@ -59,7 +56,6 @@ class ArchivedFile:
 
 PURGE_SLICE = 0.01  # seconds of the writer's time one purge operation takes (about: it stops after the chunk past it)
 PURGE_CHUNK = 100  # jobs per DELETE inside it
-RIDE_CHUNK = 25  # jobs per DELETE in a slice riding in another's commit (SQLite's background lane)
 JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 
 FILE_COLUMNS = ("node", "folder", "file", "day", "jobs", "bytes", "first_job", "last_job", "updated_at")
@@ -140,7 +136,6 @@ class SQLiteArchive:
 
     _write: Callable[[Callable[[Tx], Any]], asyncio.Future[Any]]
     _read: Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
-    _writer: Writer
 
     async def archivable_jobs(self, cutoffs: Cutoffs, limit: int) -> list[dict[str, Any]]:
         """Up to `limit` finished jobs past their cutoff, oldest first, as archive records."""
@@ -184,11 +179,9 @@ class SQLiteArchive:
                 "updated_at = excluded.updated_at",
                 [f.row(tx.now) for f in appended],
             )
-            budget = tx.background_budget  # riding in another's commit: less, in smaller DELETEs
-            size = PURGE_CHUNK if budget >= PURGE_SLICE else RIDE_CHUNK
             began, done, gone = time.perf_counter(), 0, 0
-            while done < len(todo) and (done == 0 or time.perf_counter() - began < budget):
-                chunk = todo[done : done + size]
+            while done < len(todo) and (done == 0 or time.perf_counter() - began < PURGE_SLICE):
+                chunk = todo[done : done + PURGE_CHUNK]
                 done += len(chunk)
                 id_list = ", ".join(str(int(i)) for i in chunk)
                 rows = c.execute(f"DELETE FROM jobs WHERE id IN ({id_list}) AND {_FINISHED} AND {cond} "
@@ -203,8 +196,7 @@ class SQLiteArchive:
                 gone += len(rows)
             return done, gone
 
-        lane = self._writer.run_background
-        return await _in_slices(lambda todo, appended: lane(lambda tx: op(tx, todo, appended)), ids, files)
+        return await _in_slices(lambda todo, appended: self._write(lambda tx: op(tx, todo, appended)), ids, files)
 
     async def archive_files(self) -> list[dict[str, Any]]:
         """Every node's archive files as recorded, newest day first."""
