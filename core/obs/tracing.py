@@ -17,7 +17,7 @@ OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_BSP_*...); `console` prints spans (
 The spans are not made with the SDK's `start_span`: each step's times, ids and attributes are known
 when it ends, so it is one tuple, encoded by core/obs/otlp.py off the event loop (or handed to an SDK
 provider's processors, as the tests' in-memory exporter is). The SDK supplies the sampler, the
-resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and the OTLP/HTTP client.
+resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES); core/obs/otlp_http.py posts the batches.
 """
 
 from __future__ import annotations
