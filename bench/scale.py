@@ -101,6 +101,7 @@ FROM n"""
 def fill_sqlite(path: Path, jobs: int, backlog: int, now: float) -> None:
     from core.store._sqlite_search import index_all
     from core.store._sqlite_writer import connect, migrate
+    from core.store.sqlite import recount_jobs
 
     conn = connect(path)
     migrate(conn)
@@ -109,6 +110,7 @@ def fill_sqlite(path: Path, jobs: int, backlog: int, now: float) -> None:
     for statement in fill_sql(jobs, backlog, now, series):
         conn.execute(statement)
     conn.execute("INSERT OR REPLACE INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (jobs + backlog,))
+    recount_jobs(conn)  # the counters, as the store's inserts keep them
     conn.execute("COMMIT")
     index_all(conn)  # the search index, as a store that ran would hold it
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -11,12 +11,14 @@ The index is filled after the commit, not in the job's transaction: FTS5 costs 1
 must not pay. `job_search_upto` says up to which job id it is filled; ids only grow, so a search
 reads the index up to there and checks the few newer jobs one by one. The store's indexer fills it
 `SLICE` jobs a write, as the writer has time; the triggers keep what is indexed right when a job is
-deleted (retention) or its name, task or tags change.
+deleted (retention) or its name, task or tags change, and a restore indexes the archived jobs it puts
+back below `upto` itself (index_restored: no insert trigger, migration 0023).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 SLICE = 500  # jobs indexed per write: about 10 ms of the writer, so other writes go between slices
@@ -39,6 +41,19 @@ def index_slice(conn: sqlite3.Connection, limit: int = SLICE) -> tuple[int, int]
     )
     conn.execute("UPDATE job_search_upto SET upto = ?", (row[1],))
     return int(row[0]), int(row[1])
+
+
+def index_restored(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+    """Index the jobs just inserted with ids up to `upto` (archived jobs put back): the indexer only
+    reads ids after it. New jobs' ids are all above it, so a submit pays one look-up."""
+    if not ids:
+        return
+    upto = conn.execute(UPTO).fetchone()[0]
+    below = [i for i in ids if i <= upto]
+    for k in range(0, len(below), 500):
+        chunk = below[k : k + 500]
+        conn.execute(f"INSERT INTO job_search (rowid, body) SELECT id, {BODY} FROM jobs WHERE id IN "
+                     f"({', '.join('?' * len(chunk))})", chunk)  # fmt: skip
 
 
 def index_all(conn: sqlite3.Connection) -> None:

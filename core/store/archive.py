@@ -205,17 +205,21 @@ class SQLiteArchive:
 
     async def restore_jobs(self, records: Sequence[dict[str, Any]]) -> int:
         """Put archived jobs back with their ids; a job whose id is in the store is skipped."""
-        from core.store.sqlite import _INSERT_JOB, _db_value, _job_row
+        from core.store.sqlite import _db_value, insert_job_rows
 
         parsed = [from_record(r) for r in records]
 
         def op(tx: Tx) -> int:
             c = tx.conn
-            made = 0
+            taken: set[int] = set()
+            todo: list[tuple[Job, list[dict[str, Any]]]] = []
             for job, attempts in parsed:
-                if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone() is not None:
+                if job.id in taken or c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone() is not None:
                     continue
-                c.execute(_INSERT_JOB, _job_row(job))
+                taken.add(job.id)
+                todo.append((job, attempts))
+            insert_job_rows(c, [job for job, _ in todo])
+            for job, attempts in todo:
                 c.executemany("INSERT OR IGNORE INTO job_tags (tag, job_id) VALUES (?, ?)",
                               [(t, job.id) for t in job.tags])  # fmt: skip
                 c.execute("INSERT OR IGNORE INTO queues (name, created_at, updated_at) VALUES (?, ?, ?)",
@@ -226,10 +230,9 @@ class SQLiteArchive:
                     [(job.id, *(_db_value(k, a[k]) if k == "result" else a[k] for k in ATTEMPT_COLUMNS))
                      for a in attempts],
                 )  # fmt: skip
-                made += 1
-            if made:
-                tx.emit("archive.restored", None, None, {"jobs": made})
-            return made
+            if todo:
+                tx.emit("archive.restored", None, None, {"jobs": len(todo)})
+            return len(todo)
 
         return await self._write(op)  # type: ignore[no-any-return]
 

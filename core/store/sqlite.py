@@ -445,22 +445,30 @@ def _load_jobs(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Job]:
     return out
 
 
-BULK_COUNT_FROM = 100  # jobs from which an insert counts them itself (migration 0022), not the trigger per row
 _COUNT_JOBS = ("INSERT INTO job_counts (queue, state, n) VALUES (?, ?, ?) "
                "ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n")  # fmt: skip
+
+
+def insert_job_rows(conn: sqlite3.Connection, jobs: Sequence[Job]) -> None:
+    """The one INSERT of jobs (with their ids): it counts them in job_counts and indexes for search
+    those below job_search_upto (a restore), the work of the insert triggers that migration 0023 dropped."""
+    conn.executemany(_INSERT_JOB, [_job_row(j) for j in jobs])
+    conn.executemany(_COUNT_JOBS, [(*k, n) for k, n in Counter((j.queue, j.state) for j in jobs).items()])
+    search_index.index_restored(conn, [j.id for j in jobs])
+
+
+def recount_jobs(conn: sqlite3.Connection) -> None:
+    """job_counts from the jobs themselves, for a store filled in SQL outside the store (benches, tests)."""
+    conn.execute("DELETE FROM job_counts")
+    conn.execute(
+        "INSERT INTO job_counts (queue, state, n) SELECT queue, state, count(*) FROM jobs GROUP BY queue, state"
+    )
 
 
 def _insert_jobs(tx: Tx, jobs: Sequence[Job]) -> None:
     for job in jobs:
         job.id = tx.new_job_id()
-    rows = [_job_row(j) for j in jobs]
-    if len(rows) < BULK_COUNT_FROM:
-        tx.conn.executemany(_INSERT_JOB, rows)
-    else:  # the trigger is off for this one statement; a failure rolls the flag back with the rows
-        tx.conn.execute("UPDATE job_counts_by_trigger SET counting = 0")
-        tx.conn.executemany(_INSERT_JOB, rows)
-        tx.conn.execute("UPDATE job_counts_by_trigger SET counting = 1")
-        tx.conn.executemany(_COUNT_JOBS, [(*k, n) for k, n in Counter((j.queue, j.state) for j in jobs).items()])
+    insert_job_rows(tx.conn, jobs)
     tags = [(t, j.id) for j in jobs for t in j.tags]
     if tags:
         tx.conn.executemany("INSERT OR IGNORE INTO job_tags (tag, job_id) VALUES (?, ?)", tags)
@@ -1131,8 +1139,9 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             if row is None:
                 return UNLIMITED, 0, Bucket(None, None)
             n = len(QUEUE_SETTING_COLUMNS)
-            running = c.execute("SELECT count(*) FROM jobs WHERE state = 'running' AND queue = ?", (name,)).fetchone()
-            return QueueLimits.of(queue_settings_view(name, row[:n])), int(running[0]), Bucket(row[n], row[n + 1])
+            running = c.execute("SELECT n FROM job_counts WHERE queue = ? AND state = 'running'", (name,)).fetchone()
+            return (QueueLimits.of(queue_settings_view(name, row[:n])), int(running[0]) if running else 0,
+                    Bucket(row[n], row[n + 1]))  # fmt: skip
 
         return await self._read(q)
 

@@ -37,7 +37,7 @@ from core.config import load_settings
 from core.model import build_job
 from core.retention import Archive, Retention
 from core.store.archive import Cutoffs, record
-from core.store.sqlite import SQLiteStore
+from core.store.sqlite import SQLiteStore, recount_jobs
 from tests.conftest import node_settings, start_node, stop_node
 from tests.store.conftest import POLICY
 
@@ -53,8 +53,8 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 async def _seed(path: Path, n: int, finished: float) -> None:
     """n finished jobs (one attempt each, with output), straight into the store file before the node
-    opens it: job 1 through the store, then copies of it with ids 2..n by one INSERT ... SELECT (its
-    triggers keep job_counts): about 3 s for 100,000, where restoring them all took 25-35 s."""
+    opens it: job 1 through the store, then copies of it with ids 2..n by one INSERT ... SELECT (and
+    job_counts recounted): about 3 s for 100,000, where restoring them all took 25-35 s."""
     store = SQLiteStore(path, POLICY, on_commit=lambda events: None)
     await store.open()
     base = build_job({"name": "old", "queue": "old", "max_attempts": 1, "task": {"kind": "shell", "command": "true"}},
@@ -77,6 +77,7 @@ async def _seed(path: Path, n: int, finished: float) -> None:
                          f"SELECT i, {', '.join(columns)} FROM k, jobs WHERE jobs.id = 1", (n,))  # fmt: skip
             conn.execute(f"INSERT INTO attempts {copies}SELECT i, attempt, agent, claimed_at, started_at, finished_at, "
                          "outcome, error, exit_code, 'out ' || i, result FROM k, attempts WHERE job_id = 1", (n,))  # fmt: skip
+            recount_jobs(conn)
         assert conn.execute("SELECT count(*), max(id) FROM jobs WHERE queue = 'old'").fetchone() == (n, n)
     finally:
         conn.close()

@@ -84,6 +84,26 @@ async def test_archivable_jobs_purge_and_restore(kit: StoreKit) -> None:
     assert (await store.get_job(old[0])).state == "queued", "the restore did not overwrite the retried job"
 
 
+async def test_restored_jobs_are_counted_and_found_by_a_search(kit: StoreKit) -> None:
+    """A restore puts jobs back into the counts (/v1/stats, /v1/queues) and, on SQLite, into the search
+    index when their ids are below what it holds (the insert does both: no trigger does, migration 0023)."""
+    from tests.store.test_job_counts import assert_counts_agree
+    from tests.store.test_job_lists import _search_index_filled
+
+    store = kit.store
+    old = await finished_jobs(store, 6, "q", NOW - 40 * DAY)
+    await store.submit_jobs([build_job({"name": "newer", "queue": "q", "task": {"kind": "shell", "command": "true"}},
+                                       NOW, POLICY)])  # fmt: skip
+    if kit.kind == "sqlite":
+        await _search_index_filled(store)
+    records = await store.archivable_jobs(Cutoffs(NOW - 30 * DAY), 100)
+    assert await store.purge_jobs([r["job"]["id"] for r in records], Cutoffs(NOW - 30 * DAY)) == len(old)
+    assert await store.restore_jobs(records) == len(old)
+    await assert_counts_agree(store, "after a restore")
+    found = [j.id for j in await store.list_jobs(JobFilter(search="old-q-3"), None, 100)]
+    assert found == [old[3]], f"a search for a restored job's name found {found}, expected [{old[3]}]"
+
+
 async def test_the_retention_loop_archives_by_day_and_purges(kit: StoreKit, tmp_path: Path) -> None:
     store = kit.store
     day_a = await finished_jobs(store, 7, "q", NOW - 40 * DAY)

@@ -223,7 +223,8 @@ async def test_the_migration_keeps_an_old_database_and_its_ids(tmp_path: Path) -
         conn = sqlite3.connect(path)
         kept = _indexes(conn)
         conn.close()
-        assert old_indexes <= kept, f"indexes lost by the rebuild: {sorted(old_indexes - kept)}"
+        dropped = {(n, sql) for n, sql in old_indexes if n == "jobs_queue_state"}  # by migration 0023, on purpose
+        assert old_indexes - dropped <= kept, f"indexes lost by the rebuild: {sorted(old_indexes - dropped - kept)}"
         assert {"jobs_claim", "jobs_schedule_fire", "schedules_next"} <= {name for name, _ in kept}
     finally:
         await store.close()

@@ -27,7 +27,7 @@ from core.store._sqlite_writer import connect, migrate
 from core.store.archive import Cutoffs
 from core.store.base import ClaimRequest, JobFilter
 from core.store.listing import JobOrder
-from core.store.sqlite import SQLiteStore
+from core.store.sqlite import SQLiteStore, recount_jobs
 from tests.store.conftest import POLICY
 
 JOBS = int(os.environ.get("JOBDECK_PLAN_JOBS", "200000"))
@@ -71,6 +71,7 @@ def fill(path: Path) -> None:
     for statement in FILL.split(";\n"):
         if statement.strip():
             conn.execute(statement)
+    recount_jobs(conn)  # the counters, as the store's inserts keep them
     conn.execute("COMMIT")
     index_all(conn)  # the text index a running store fills after each commit
     conn.close()
