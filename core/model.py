@@ -368,7 +368,7 @@ def decide_start_buffered(job: Job, now: float, policy: Policy) -> Change:
     """A run its schedule buffered (blocked until the runs before it ended) may start now."""
     if job.state != S.BLOCKED:
         raise Conflict(f"job {job.id} is not waiting for an earlier run", state=job.state, job_id=job.id)
-    return _move(job, S.QUEUED, "release", now, **_enqueue_fields(job, now, policy))
+    return _move(job, S.QUEUED, "release", now, run_at=max(job.run_at, now), **_enqueue_fields(job, now, policy))
 
 
 def decide_claim(job: Job, agent: str, now: float, policy: Policy) -> Change:

@@ -165,7 +165,8 @@ def decide_release(job: Job, now: float, policy: Policy) -> Change | None:
         return change
     if job.run_at > now:
         return _move(job, S.SCHEDULED, "release", now)
-    return _move(job, S.QUEUED, "release", now, sort_key=sort_key(now, job.priority, policy))
+    # due from now: its pick-up latency (metrics, SLO, history) counts from its release, not its submit
+    return _move(job, S.QUEUED, "release", now, run_at=now, sort_key=sort_key(now, job.priority, policy))
 
 
 def decide_rearm(job: Job, deps_left: int, dep_failed: int | None, now: float) -> Change:

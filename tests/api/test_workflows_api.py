@@ -268,3 +268,14 @@ async def test_buffer_one_on_a_real_node_runs_workflows_back_to_back(running: Ru
         assert nxt is not None and nxt - end < 1.0, f"the buffered run did not start as {end} ended: {starts}"
     stored = await running.client.get_schedule(s["id"])
     assert stored["fired"] >= 3 and stored["failures"] == 0, stored
+
+
+async def test_a_released_childs_pick_up_latency_counts_from_its_release_not_its_submit(running: RunningNode) -> None:
+    """The SLO panel and /metrics measure pick-up from `run_at`; a child that waited 2 s for its parent
+    was counted as 2 s late (the dashboard's SLO went red for every workflow)."""
+    out = await running.client.submit_workflow("slow-parent", [sh("a", "sleep 2"), sh("b", "true", "a")])
+    await wait_workflow(running, out["workflow"]["id"])
+    a, b = [await running.client.get_job(out["ids"][r]) for r in ("a", "b")]
+    released, started = datetime.fromisoformat(b["run_at"]), datetime.fromisoformat(b["started_at"])
+    assert released >= datetime.fromisoformat(a["finished_at"]), (a, b)
+    assert (started - released).total_seconds() < 1.5, f"b waited for a, not for a slot: {b}"
