@@ -31,6 +31,8 @@ BACKFILL_FIELDS = ("from", "to", "overlap")
 BACKFILL_OVERLAPS = ("buffer_all", "allow")
 HISTORY = 20  # runs shown in a schedule's details
 UPCOMING = 10  # fire times previewed there
+# the form's fields the preview depends on: set_previewed sets only these, then previews again
+PREVIEWED = ("s_timing", "s_cron", "s_interval", "s_at", "s_timezone", "s_exclude_dates", "s_exclude_cron")
 
 
 def _fire_time(t: dict[str, Any], zone: str) -> dict[str, str]:
@@ -296,33 +298,13 @@ class SchedulesState(AppState):
     def _exclude_dates(self) -> list[str]:
         return [d for d in self.s_exclude_dates.replace(",", " ").split() if d]
 
-    async def set_exclude_dates(self, value: str) -> None:
-        self.s_exclude_dates = value
-        await self.preview()
-
-    async def set_exclude_cron(self, value: str) -> None:
-        self.s_exclude_cron = value
-        await self.preview()
-
-    async def set_cron(self, value: str) -> None:
-        self.s_cron = value
-        await self.preview()
-
-    async def set_timing(self, value: str) -> None:
-        self.s_timing = value if value in TIMINGS else "cron"
-        await self.preview()
-
-    async def set_interval(self, value: str) -> None:
-        self.s_interval = value
-        await self.preview()
-
-    async def set_at(self, value: str) -> None:
-        self.s_at = value
-        await self.preview()
-
-    async def set_timezone(self, value: str) -> None:
-        self.s_timezone = value
-        await self.preview()
+    async def set_previewed(self, name: str, value: str) -> None:
+        """Set a field the fire-time preview depends on (PREVIEWED) and preview again."""
+        if name == "s_timing":
+            value = value if value in TIMINGS else "cron"
+        if name in PREVIEWED:
+            setattr(self, name, value)
+            await self.preview()
 
     def set_overlap(self, value: str) -> None:
         self.s_overlap = value
