@@ -328,7 +328,9 @@ async def scale_run(ctx: RunContext) -> list[Figure]:
             seq_small = (await client.health())["last_seq"]
             await client.submit_batch([{"task": json.loads(NOOP), "queue": "small", "delay": 86_400}])
             await client.queue_action("small", "pause")
-            small_jobs = (drain + 2 * SLOTS) * TURNS  # a turn may finish up to a claim and its slots' more
+            # A turn finishes more than `drain`: the jobs claimed before its pause reaches the agent. That
+            # was 2,096 more in one quick turn (4,400 jobs/s, ~0.5 s to pause), so a turn may take twice its share.
+            small_jobs = (2 * drain + 2 * SLOTS) * TURNS
             for start in range(0, small_jobs, 10_000):
                 n = min(10_000, small_jobs - start)
                 await client.submit_batch([{"task": json.loads(NOOP), "queue": "small"}] * n)
