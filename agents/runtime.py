@@ -128,6 +128,7 @@ class AgentRuntime:
             log.info("%d results of an earlier run of this agent wait for a core", len(self._unacked))
         self._results_ready = asyncio.Event()
         self._output: dict[tuple[int, int], list[bytes]] = {}
+        self._job_started = asyncio.Event()  # the output streamer sleeps while nothing runs
         self._stopping = False
         self._hurry = asyncio.Event()
         self._channel: Channel | None = None
@@ -267,6 +268,7 @@ class AgentRuntime:
             return
         task = asyncio.create_task(self._run_one(a), name=f"job-{job_id}")
         self.tasks[job_id] = (attempt, task)
+        self._job_started.set()
 
     def _cancel(self, job_id: int, attempt: int, refusal: str | None = None) -> None:
         """Stop a run: cancelled by request, or refused (`refusal`: why the core will not let this
@@ -465,11 +467,15 @@ class AgentRuntime:
                 self._last_contact = time.monotonic()  # the core extends our leases on each beat
 
     async def _send_output(self, channel: Channel) -> None:
-        """Stream what running jobs print, a few times a second, in one message."""
+        """Stream what running jobs print, a few times a second, in one message; while no job runs
+        (and all was sent) it waits for one to start instead of waking to find nothing."""
         while True:
             await asyncio.sleep(OUTPUT_FLUSH_SECONDS)
             with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
                 await self._flush_output(channel)
+            if not self.tasks and not self._output:
+                self._job_started.clear()
+                await self._job_started.wait()
 
     async def _flush_output(self, channel: Channel) -> None:
         if not self._output:

@@ -27,6 +27,7 @@ from core.bus import Bus
 from core.config import Settings
 from core.errors import Conflict, JobDeckError
 from core.flow import UNLIMITED, QueueLimits, held_by_limits, key_reason, waiting_reason
+from core.idle import IDLE_POLL_MAX, IdlePoll
 from core.model import (
     Job,
     Policy,
@@ -60,7 +61,6 @@ from core.workflow import Deps, Workflow, parent_results_input, run_end_spec, va
 
 log = logging.getLogger("jobdeck.engine")
 
-SAFETY_POLL = 1.0  # seconds; loops are woken explicitly, this only bounds a missed wake-up
 PRUNE_EVERY = 600.0
 PROMOTE_BATCH = 1000
 FINISHED = frozenset({"job.succeeded", "job.dead", "job.cancelled"})
@@ -573,27 +573,32 @@ class Engine:
         """Have the dispatcher claim at `run_at` (a run written ahead becomes claimable then)."""
         if not self._due_runs or run_at not in (self._due_runs[0], self._due_runs[-1]):
             heapq.heappush(self._due_runs, run_at)
-            if self._due_runs[0] == run_at and run_at - self.clock() < SAFETY_POLL:
+            if self._due_runs[0] == run_at and run_at - self.clock() < IDLE_POLL_MAX:
                 self._wake_dispatch.set()  # perhaps sooner than the dispatcher's timer: it sets a new one
 
     # ------------------------------------------------------------ agents
 
     # ------------------------------------------------------------ loops
 
-    async def _wait(self, event: asyncio.Event, timeout: float) -> None:
+    async def _wait(self, event: asyncio.Event, timeout: float) -> bool:
+        """Wait for `event` at most `timeout` seconds; whether it was set (woken, not timed out)."""
+        woken = False
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            woken = await asyncio.wait_for(event.wait(), timeout)
         event.clear()
+        return woken
 
     async def _dispatch_loop(self) -> None:
+        idle = IdlePoll()  # what wakes it: commits (the bus), freed slots, agents, and the timers below
+        found = True
         while True:
-            timeout = SAFETY_POLL
+            timeout = idle.after(found)
             if self._next_room_at is not None:  # a rate limit refills its bucket then: claim again
-                timeout = min(SAFETY_POLL, max(0.0, self._next_room_at - self.clock()))
+                timeout = min(timeout, max(0.0, self._next_room_at - self.clock()))
                 self._next_room_at = None
             if self._due_runs:  # runs written ahead become claimable at their run_at
                 timeout = min(timeout, max(0.0, self._due_runs[0] - self.clock()))
-            await self._wait(self._wake_dispatch, timeout)
+            found = await self._wait(self._wake_dispatch, timeout)
             now = self.clock()
             while self._due_runs and self._due_runs[0] <= now:
                 heapq.heappop(self._due_runs)
@@ -602,6 +607,7 @@ class Engine:
                 try:
                     if not await self._dispatch_round():
                         break
+                    found = True
                 finally:
                     self._let_writes_go()  # nothing (more) to claim: what was held goes now
 
@@ -681,6 +687,8 @@ class Engine:
         return {i: parent_results_input(i, found.get(i, {})) for i in wanted}
 
     async def _promote_loop(self) -> None:
+        idle = IdlePoll()  # a job made scheduled wakes it (the bus); the next run_at sets its timer
+        woken = True
         while True:
             promoted, nxt = await self.store.promote_due_jobs(self.clock(), PROMOTE_BATCH)
             if promoted:
@@ -688,13 +696,15 @@ class Engine:
                 if promoted == PROMOTE_BATCH:
                     continue
             self.next_promote_at = nxt if nxt is not None else float("inf")
-            delay = SAFETY_POLL if nxt is None else min(SAFETY_POLL, max(0.0, nxt - self.clock()))
-            await self._wait(self._wake_promote, delay)
+            timeout = idle.after(woken or promoted > 0)
+            delay = timeout if nxt is None else min(timeout, max(0.0, nxt - self.clock()))
+            woken = await self._wait(self._wake_promote, delay)
 
     async def _reap_loop(self) -> None:
         announced = 0.0
         interval = self.settings.reap_interval_seconds
         stalls = StallGrace(interval, self.settings.heartbeat_seconds, self.settings.lease_seconds)
+        look_at = 0.0  # no lease runs out before this: the store is not asked sooner
         while True:
             slept_from = time.monotonic()
             await asyncio.sleep(interval)
@@ -712,7 +722,17 @@ class Engine:
             if time.monotonic() - announced >= self.settings.heartbeat_seconds:
                 self.hub.announce()
                 announced = time.monotonic()
-            ids = await self.store.expired_lease_ids(self.clock(), 1000)
+            now = self.clock()
+            if now < look_at:
+                continue
+            soonest = await self.store.next_lease_expiry()
+            if soonest is None or soonest >= now:
+                # A lease granted from now on (by any node: claims lease for policy.lease_seconds) runs
+                # out a lease later at the soonest, and heartbeats only move leases later.
+                later = now + min(self.policy.lease_seconds, IDLE_POLL_MAX)
+                look_at = later if soonest is None else min(soonest, later)
+                continue
+            ids = await self.store.expired_lease_ids(now, 1000)
             if not ids:
                 continue
             out = await self.change_many(ids, lambda job: decide_lease_expired(job, self.clock(), self.policy))
@@ -729,6 +749,8 @@ class Engine:
 
     async def _schedule_loop(self) -> None:
         swept = self.clock()
+        idle = IdlePoll()  # a schedule's change wakes it (the bus); the next fire time sets its timer
+        woken = True
         while True:
             await self._fire_due_schedules()
             if self.clock() - swept >= BUFFER_SWEEP_EVERY:
@@ -749,8 +771,9 @@ class Engine:
             if nxt is not None and ahead > 0 and nxt - self.clock() <= ahead and nxt != self._prepared_for:
                 self._prepared_for = nxt  # once per fire time: a schedule made later is planned when due
                 await self._prepare_firings(nxt)
-            delay = SAFETY_POLL if wake is None else min(SAFETY_POLL, max(0.0, wake - self.clock()))
-            await self._wait(self._wake_schedules, delay)
+            timeout = idle.after(woken)
+            delay = timeout if wake is None else min(timeout, max(0.0, wake - self.clock()))
+            woken = await self._wait(self._wake_schedules, delay)
 
     async def _prune_loop(self) -> None:
         while True:
@@ -806,8 +829,8 @@ class Engine:
                 self._wake_dispatch.set()
             elif run_at < self.next_promote_at:
                 self._wake_promote.set()
-        elif t in FINISHED and self.queue_settings.get(e.queue or "", UNLIMITED).concurrency is not None:
-            self._wake_dispatch.set()  # a slot of a limited queue came free (perhaps on another node)
+        elif t in FINISHED and _limits_running(self.queue_settings.get(e.queue or "", UNLIMITED)):
+            self._wake_dispatch.set()  # a slot of a limited queue or key came free (perhaps on another node)
         elif t.startswith("schedule."):
             self._wake_schedules.set()
         elif t.startswith("breaker."):
@@ -822,3 +845,8 @@ class Engine:
             name = orjson.loads(e.body)["data"]["agent"]
             if name in self.hub.sessions:
                 await self.hub.drain(name)
+
+
+def _limits_running(limits: QueueLimits) -> bool:
+    """Whether a job of the queue ending may let a held one start: its concurrency or a key's."""
+    return limits.concurrency is not None or limits.key_concurrency is not None

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from core.idle import IdlePoll
 from core.notify.http1 import Http1Client, proxied
 from core.notify.senders import Sent, send_email, send_webhook
 from core.store.notifications import AttemptResult
@@ -199,26 +200,38 @@ class Dispatcher:
         return ch
 
     async def _run(self) -> None:
+        idle = IdlePoll(self.poll)  # new deliveries wake it; retries and cool-downs end at a known time
+        timeout = self.poll
         while True:
             woken = False
             with contextlib.suppress(TimeoutError):
-                woken = await asyncio.wait_for(self._wake.wait(), self.poll)
+                woken = await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
             try:
-                await self._claim(peek=not woken)
+                busy, soonest = await self._claim(peek=not woken)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the store is away: the deliveries wait there; try at the next poll
                 log.warning("notifications: cannot claim deliveries: %s", exc)
+                busy, soonest = True, None
+            timeout = idle.after(woken or busy)
+            if soonest is not None:
+                timeout = min(timeout, max(0.0, soonest - self.clock()))
 
-    async def _claim(self, *, peek: bool = False) -> None:
-        """Claim due deliveries; with `peek` (a poll nothing woke), first read whether any is due:
-        a claim is a store write even when it takes nothing, twice a second on an idle node."""
+    async def _claim(self, *, peek: bool = False) -> tuple[bool, float | None]:
+        """Claim due deliveries; with `peek` (a poll nothing woke), first read when the next is due:
+        a claim is a store write even when it takes nothing. Returns whether this node has work in
+        hand (claimed, sending, attempts not written yet: a retry's time is read once written; or a
+        channel it skips: a full queue, an open breaker), and when the next delivery is due if it
+        claimed nothing."""
         now = self.clock()
         skip = [cid for cid, ch in self._channels.items()
                 if ch.breaker.is_open(now) or len(ch.queue) >= QUEUED_PER_CHANNEL]  # fmt: skip
-        if peek and not await self.store.deliveries_due(now, skip):
-            return
+        in_hand = bool(skip or self._workers or self._results or (self._recorder and not self._recorder.done()))
+        if peek:
+            soonest = await self.store.next_delivery_at(now, skip)
+            if soonest is None or soonest > now:
+                return in_hand, soonest
         got = await self.store.claim_deliveries(now, CLAIM_TTL, CLAIM_BATCH, skip)
         for d in got:
             ch = self._channel(d["channel_id"])
@@ -226,6 +239,7 @@ class Dispatcher:
             self._spawn(d["channel_id"], ch)
         if len(got) == CLAIM_BATCH:
             self._wake.set()  # more are due
+        return bool(got) or in_hand, None
 
     def _spawn(self, channel_id: int, ch: _Channel) -> None:
         while ch.workers < min(WORKERS_PER_CHANNEL, len(ch.queue)):

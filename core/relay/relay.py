@@ -16,13 +16,14 @@ from typing import Any, Protocol
 
 from core.bus import Bus
 from core.bus.local import LocalBus, Subscription
+from core.idle import IdlePoll
 from core.model import utcnow
 from core.store.base import Event
 from core.store.relay_cursors import RelayLease, RelayPosition
 
 log = logging.getLogger("jobdeck.relay")
 
-IDLE_POLL = 1.0  # seconds between reads when no commit woke the relay (a missed wake-up costs this)
+IDLE_POLL = 1.0  # seconds between reads when no commit woke the relay, doubling while idle (core/idle.py)
 # Seconds between writes of the acknowledged position. Each write is a durable commit: written after
 # every round, a relay that follows single submits doubled their commits (1.94 per submit, `./dev
 # bench --only single`). After a crash the sink sees again at most this long's events, plus a round.
@@ -155,6 +156,7 @@ class Relay:
         self._wake: Subscription = _NO_WAKE  # the bus, while pumping
         self._live = False  # caught up: the bus brings every event after the buffer
         self._polled_at = 0.0  # the last read of the store (time.monotonic())
+        self._poll = IdlePoll(IDLE_POLL)  # reads of the store nothing announced: what a missed wake-up costs
         self._down_since: float | None = None  # when the sink stopped answering (None: it answers)
         self._reminded = 0.0
 
@@ -271,7 +273,9 @@ class Relay:
                     if not self._lease_fresh():
                         log.debug("%s relay: its lease is about to lapse", self.sink.name)
                         raise LeaseLost
-                    if await self._round() == 0:
+                    read = await self._round()
+                    self._poll.after(read != 0)
+                    if read == 0:
                         await self._idle(wake)
         finally:
             for t in (self._writing, self._ahead):
@@ -342,7 +346,7 @@ class Relay:
 
     async def _read(self) -> list[Event]:
         """The events after the cursor (up to `batch`): from the bus while it follows on, else from
-        the store (at least every IDLE_POLL), with the next read started in the background while
+        the store (at least every IDLE_POLL, longer while idle), with the next read started in the background while
         behind, so the next round does not wait for the store."""
         behind = False
         if self._ahead is not None:
@@ -355,7 +359,7 @@ class Relay:
             self._live = False
         elif not behind:
             self._take_live(self._wake.take())
-        if not self._buffer and (not self._live or time.monotonic() - self._polled_at >= IDLE_POLL):
+        if not self._buffer and (not self._live or time.monotonic() - self._polled_at >= self._poll.timeout):
             self._buffer = await self.reader.since(self.acked, self.batch)
             self._polled_at = time.monotonic()
             first = self._buffer[0].seq if self._buffer else None
@@ -375,8 +379,8 @@ class Relay:
         self._backoff = min(self._backoff * 2, BACKOFF_MAX)
 
     async def _idle(self, wake: Subscription) -> None:
-        """Wait for the bus (at most IDLE_POLL, or until the position is due to be written)."""
-        timeout = IDLE_POLL
+        """Wait for the bus (at most the idle poll, or until the position is due to be written)."""
+        timeout = self._poll.timeout
         if self.acked > self._written:
             timeout = min(timeout, max(0.0, self._written_at + POSITION_EVERY - time.monotonic()))
         with contextlib.suppress(TimeoutError):

@@ -179,6 +179,7 @@ EXPIRED_LEASES = (
     "SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < $1 ORDER BY lease_expires_at LIMIT $2"
 )
 
+NEXT_LEASE_EXPIRY = "SELECT min(lease_expires_at) FROM jobs WHERE state = 'running'"
 LEASED_TO = "SELECT id, attempt FROM jobs WHERE state = 'running' AND agent = $1"
 
 LOCK_JOBS = f"{SELECT_JOB} WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"

@@ -190,22 +190,24 @@ _PG_CLAIM = (
 )
 
 
-# Whether a claim would find anything: a read (a claim is a write even when it takes nothing).
+# When a claim would first find something, a read (a claim is a write even when it takes nothing): the
+# soonest next_at of the unclaimed (in next_at order, so a backlog is not read). A delivery claimed by a
+# node that died comes back after its claim (CLAIM_TTL); the dispatcher's idle timeout finds it then.
 _DUE = (
-    "SELECT 1 FROM notify_deliveries d JOIN notify_channels c ON c.id = d.channel_id WHERE d.status = 'pending' "
-    "AND d.next_at <= ? AND d.claimed_until < ? AND c.enabled AND d.channel_id NOT IN (SELECT value FROM json_each(?)) "
-    "LIMIT 1"
+    "SELECT d.next_at FROM notify_deliveries d JOIN notify_channels c ON c.id = d.channel_id WHERE d.status = 'pending' "
+    "AND d.claimed_until < ? AND c.enabled AND d.channel_id NOT IN (SELECT value FROM json_each(?)) "
+    "ORDER BY d.next_at LIMIT 1"
 )
 _PG_DUE = (
-    "SELECT 1 FROM notify_deliveries d JOIN notify_channels c ON c.id = d.channel_id WHERE d.status = 'pending' "
-    "AND d.next_at <= ? AND d.claimed_until < ? AND c.enabled AND NOT (d.channel_id = ANY(?::bigint[])) LIMIT 1"
+    "SELECT d.next_at FROM notify_deliveries d JOIN notify_channels c ON c.id = d.channel_id WHERE d.status = 'pending' "
+    "AND d.claimed_until < ? AND c.enabled AND NOT (d.channel_id = ANY(?::bigint[])) ORDER BY d.next_at LIMIT 1"
 )
 
 
 def _due(now: float, skip: Sequence[int], pg: bool) -> Op:
     skip_arg: Any = list(skip) if pg else _json(list(skip))
-    row = yield Stmt(_DUE, (now, now, skip_arg), "one", pg_sql=_PG_DUE)
-    return row is not None
+    row = yield Stmt(_DUE, (now, skip_arg), "one", pg_sql=_PG_DUE)
+    return None if row is None else float(row[0])
 
 
 def _claim(now: float, until: float, limit: int, skip: Sequence[int], pg: bool) -> Op:
@@ -411,8 +413,9 @@ class _Notifications(HookStore):
         """Due deliveries of enabled channels not in `skip`, claimed for `ttl` seconds, oldest due first."""
         return await self._nwrite(lambda _now: _claim(now, now + ttl, limit, skip, self._pg))  # type: ignore[no-any-return]
 
-    async def deliveries_due(self, now: float, skip: Sequence[int] = ()) -> bool:
-        """Whether `claim_deliveries` would take anything now (a read: an idle node's polls write nothing)."""
+    async def next_delivery_at(self, now: float, skip: Sequence[int] = ()) -> float | None:
+        """When `claim_deliveries` would first take something of what is unclaimed at `now` (None:
+        nothing waits); a read, so an idle node's looks write nothing."""
         return await self._nread(lambda: _due(now, skip, self._pg))  # type: ignore[no-any-return]
 
     async def record_attempts(self, results: Sequence[AttemptResult]) -> list[dict[str, Any]]:

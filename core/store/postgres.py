@@ -741,6 +741,10 @@ class PostgresStore(
 
         return await self._read(q)
 
+    async def next_lease_expiry(self) -> float | None:
+        """When the soonest lease of a running job runs out (None: nothing runs)."""
+        return await self._fetchval(sql.NEXT_LEASE_EXPIRY)  # type: ignore[no-any-return]
+
     async def leased_attempts(self, agent: str) -> list[tuple[int, int]]:
         """(job id, attempt) of every running job leased to the agent named `agent`."""
         rows = await self._fetch(sql.LEASED_TO, agent)

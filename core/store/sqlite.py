@@ -171,6 +171,7 @@ PROMOTE_DUE = (
 )
 NEXT_DUE = "SELECT min(run_at) FROM jobs INDEXED BY jobs_due WHERE state IN ('scheduled', 'failed')"
 EXPIRED_LEASES = "SELECT id FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND lease_expires_at < ? LIMIT ?"
+NEXT_LEASE_EXPIRY = "SELECT min(lease_expires_at) FROM jobs INDEXED BY jobs_lease WHERE state = 'running'"
 LEASED_TO = "SELECT id, attempt FROM jobs INDEXED BY jobs_lease WHERE state = 'running' AND agent = ?"
 
 # Jobs per (queue, state), from the counters the triggers of migration 0010 keep (not a count of every job).
@@ -1073,6 +1074,10 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
     async def expired_lease_ids(self, now: float, limit: int) -> list[int]:
         """Running jobs whose lease ran out."""
         return await self._read(lambda c: [r[0] for r in c.execute(EXPIRED_LEASES, (now, limit))])
+
+    async def next_lease_expiry(self) -> float | None:
+        """When the soonest lease of a running job runs out (None: nothing runs)."""
+        return await self._read(lambda c: c.execute(NEXT_LEASE_EXPIRY).fetchone()[0])
 
     async def leased_attempts(self, agent: str) -> list[tuple[int, int]]:
         """(job id, attempt) of every running job leased to the agent named `agent`."""

@@ -278,3 +278,42 @@ async def test_the_bus_loop_lets_other_tasks_run_while_it_follows_a_big_commit(r
         return len(followed) >= n or None
 
     await until(all_followed, 10, "the bus loop to follow them all")
+
+
+async def test_an_idle_node_looks_for_work_less_often_yet_starts_work_as_fast(running: RunningNode) -> None:
+    """Each idle loop's store round trips back off (core/idle.py: 1 s doubling to 8 s; the reaper asks
+    only when a lease may have run out), while work that arrives after the idle spell still wakes them:
+    a job due now and a delayed job start as soon as they did right after start-up."""
+    c, store = running.client, running.store
+    first = await c.wait_for((await c.submit({"task": NOOP}))["id"])
+    pickup = ts(first["started_at"]) - ts(first["created_at"])  # on this node at this moment
+    calls = {"promote_due_jobs": 0, "claim_jobs": 0, "expired_lease_ids": 0, "next_lease_expiry": 0}
+
+    def counted(name: str) -> Any:
+        real = getattr(store, name)
+
+        async def call(*args: Any, **kw: Any) -> Any:
+            calls[name] += 1
+            return await real(*args, **kw)
+
+        return call
+
+    wrapped = [name for name in calls if hasattr(store, name)]
+    for name in wrapped:
+        setattr(store, name, counted(name))
+    try:
+        await asyncio.sleep(6.0)
+        reaper = calls["expired_lease_ids"] + calls["next_lease_expiry"]
+        # before: once a second each (6), and the reaper every reap_interval_seconds (0.2 s: 30)
+        assert calls["promote_due_jobs"] <= 4 and calls["claim_jobs"] <= 4 and reaper <= 3, calls
+        after = await c.wait_for((await c.submit({"task": NOOP}))["id"])
+        delayed = await c.wait_for((await c.submit({"task": NOOP, "delay": 0.4}))["id"])
+    finally:
+        for name in wrapped:
+            delattr(store, name)
+    late = ts(after["started_at"]) - ts(after["created_at"])
+    assert late < pickup + 0.25, f"started {late * 1000:.1f} ms after its submit ({pickup * 1000:.1f} ms before)"
+    late = ts(delayed["started_at"]) - ts(delayed["run_at"])
+    assert 0 <= late < pickup + 0.25, (
+        f"started {late * 1000:.1f} ms after run_at ({pickup * 1000:.1f} ms for one due now)"
+    )
