@@ -18,8 +18,10 @@ from core.store import _pg_sql as sql
 from core.store._pg_counts import job_counts
 from core.store.base import (
     COUNT_BUDGET_MS,
+    ESTIMATED_FROM,
     FINISHED_EVENTS,
     QUEUE_SETTING_COLUMNS,
+    SEARCH_ESTIMATED_FROM,
     Event,
     EventFilter,
     JobFilter,
@@ -170,7 +172,8 @@ async def _by_values(
 async def count_jobs(c: Conn, flt: JobFilter, budget_ms: int = COUNT_BUDGET_MS) -> tuple[int, bool]:
     """How many jobs match: from the counters for states and a queue (exact: a few rows), else
     exactly (True) when counting takes under `budget_ms`, else the planner's estimate (False): an
-    exact count(*) of millions of rows in PostgreSQL reads them all."""
+    exact count(*) of millions of rows in PostgreSQL reads them all. For a page's total the estimate
+    comes first, and one of ESTIMATED_FROM or more is the answer without a count (as on SQLite)."""
     params: list[Any] = []
     if counted_by_counters(flt):
         terms = []
@@ -186,13 +189,22 @@ async def count_jobs(c: Conn, flt: JobFilter, budget_ms: int = COUNT_BUDGET_MS) 
     matching = "FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
     if flt.tag is not None and flt == JobFilter(tag=flt.tag):  # the tag's key range alone (an index-only scan)
         params, matching = [flt.tag], "FROM job_tags WHERE tag = $1"
+    estimate = None
+    if 0 < budget_ms <= COUNT_BUDGET_MS:  # a caller that can wait longer (a bulk dry run, 1 s) counts
+        estimate = await _planned_rows(c, matching, params)
+        if estimate >= (SEARCH_ESTIMATED_FROM if flt.search else ESTIMATED_FROM):
+            return estimate, False
     try:
         async with c.transaction():
             await c.execute(f"SET LOCAL statement_timeout = {int(budget_ms)}")
             return int(await c.fetchval(f"SELECT count(*) {matching}", *params)), True
     except asyncpg.QueryCanceledError:
-        plan = await c.fetchval(f"EXPLAIN (FORMAT JSON) SELECT 1 {matching}", *params)
-        return int(json.loads(plan)[0]["Plan"]["Plan Rows"]), False
+        return (estimate if estimate is not None else await _planned_rows(c, matching, params)), False
+
+
+async def _planned_rows(c: Conn, matching: str, params: list[Any]) -> int:
+    plan = await c.fetchval(f"EXPLAIN (FORMAT JSON) SELECT 1 {matching}", *params)
+    return int(json.loads(plan)[0]["Plan"]["Plan Rows"])
 
 
 async def list_attempts(c: Conn, job_id: int) -> list[dict[str, Any]]:

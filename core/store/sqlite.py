@@ -45,10 +45,12 @@ from core.store.audit import AuditFilter
 from core.store.base import (
     COUNT_BUDGET_MS,
     COUNT_SAMPLE,
+    ESTIMATED_FROM,
     FINISHED_EVENTS,
     PRUNE_BATCH,
     PRUNE_PAUSE,
     QUEUE_SETTING_COLUMNS,
+    SEARCH_ESTIMATED_FROM,
     ClaimRequest,
     Decide,
     Event,
@@ -185,8 +187,6 @@ def _loads(v: Any) -> Any:
 
 
 log = logging.getLogger("jobdeck.store")
-ESTIMATED_FROM = 250_000  # matches the sample estimates from which a total is not counted (it would not finish in time)
-SEARCH_ESTIMATED_FROM = 2_000  # the same for a search: each candidate is read and checked (10,000 took > 15 ms)
 SEARCH_INDEX_POLL = 1.0  # seconds between looks for jobs the search index does not hold yet
 WALK_FROM = 2000  # matches from which a sorted page walks the sort's index instead of sorting them
 
