@@ -143,6 +143,12 @@ INDEX_ORDER_ONLY = "SET LOCAL enable_sort = off; SET LOCAL jit = off"
 INDEX_ORDER_ONLY_END = "SET LOCAL enable_sort TO DEFAULT; SET LOCAL jit TO DEFAULT"
 INDEX_SCAN_ONLY = "SET LOCAL enable_seqscan = off"  # the event prune's batches (see PostgresStore.prune_events)
 INDEX_SCAN_ONLY_END = "SET LOCAL enable_seqscan TO DEFAULT"
+# Which of these queues have a job queued (its first in jobs_claim_queue's order, as CLAIM_QUEUE reads it):
+# a claim locks and counts only those of its limited queues (an empty one has nothing to take).
+WAITING_QUEUES = (
+    "SELECT q FROM unnest($1::text[]) AS q WHERE (SELECT id FROM jobs WHERE state = 'queued' "
+    "AND queue = ANY(ARRAY[q]) ORDER BY queue, sort_key, id LIMIT 1) IS NOT NULL"
+)
 LIMITED_QUEUES = (
     "SELECT name FROM queues WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_concurrency IS NOT NULL "
     "OR fair"

@@ -632,28 +632,32 @@ class PostgresStore(
                 self._limited = frozenset(r[0] for r in await c.fetch(sql.LIMITED_QUEUES))
                 self._limited_at = time.monotonic()
             capped = sorted(q for q in set(req.caps) | self._limited if takeable(q))
-            rooms = {q: min(req.limit, req.caps.get(q, req.limit)) for q in capped}
             buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
             by_key: dict[str, tuple[QueueLimits, float]] = {}
             held = set(req.held)  # queues whose limits cut this claim short (pickup.py)
-            if capped:
-                await c.execute(sql.LOCK_QUEUES, capped)
-                for r in await c.fetch(sql.QUEUE_ROOMS, capped):
-                    name, paused, concurrency, rate, burst, tokens, at, kc, weights, fair, vtime, running = r
-                    limits = QueueLimits(paused, concurrency, rate, burst, kc, sql.loads(weights), fair)
-                    room = claim_room(limits, running, Bucket(tokens, at), now, rooms[name])
-                    if room < rooms[name] and not paused:
-                        held.add(name)
-                    rooms[name] = room
-                    if rate is not None:
-                        buckets[name] = (limits, Bucket(tokens, at))
-                    if limits.by_key:
-                        by_key[name] = (limits, vtime)
             skip = sorted(set(req.paused) | set(req.caps) | set(capped))
             rows: list[asyncpg.Record] = []
             keyed: list[KeyedClaim] = []
+            rooms: dict[str, int] = {}
             await c.execute(sql.INDEX_ORDER_ONLY)
             try:
+                # Only the limited queues with a job queued are locked (to commit) and counted: every
+                # node's claims took the lock of every limited queue, so one empty limited queue made
+                # all claims of all queues take turns. One left out stays in `skip`, never taken unlocked.
+                if capped and (waiting := [r[0] for r in await c.fetch(sql.WAITING_QUEUES, capped)]):
+                    await c.execute(sql.LOCK_QUEUES, waiting)
+                    rooms = {q: min(req.limit, req.caps.get(q, req.limit)) for q in waiting}
+                    for r in await c.fetch(sql.QUEUE_ROOMS, waiting):
+                        name, paused, concurrency, rate, burst, tokens, at, kc, weights, fair, vtime, running = r
+                        limits = QueueLimits(paused, concurrency, rate, burst, kc, sql.loads(weights), fair)
+                        room = claim_room(limits, running, Bucket(tokens, at), now, rooms[name])
+                        if room < rooms[name] and not paused:
+                            held.add(name)
+                        rooms[name] = room
+                        if rate is not None:
+                            buckets[name] = (limits, Bucket(tokens, at))
+                        if limits.by_key:
+                            by_key[name] = (limits, vtime)
                 if req.queues is None:
                     rows = await c.fetch(sql.CLAIM_ANY, offered, skip, req.limit, now)
                 elif allowed := sorted(req.queues - set(skip)):

@@ -87,6 +87,33 @@ async def test_two_nodes_share_one_rate_limit(kit: StoreKit) -> None:
     assert total >= 5 + 50 * 1.99 - 2, f"only {total} started: the nodes wasted tokens ({taken})"
 
 
+@two_nodes
+async def test_a_limited_queue_with_nothing_queued_does_not_hold_up_other_queues_claims(kit: StoreKit) -> None:
+    """A claim locks (to its commit) only the limited queues it may take a job from. Every claim used to
+    take the lock of every limited queue, so one node's claim of a limited queue made every other
+    node's claims of every queue wait for its commit, even with nothing queued in the limited one."""
+    import asyncpg
+
+    t0 = utcnow()
+    await submit(kit.store, {"queue": "api"}, {"queue": "mail"}, now=t0)
+    await kit.store.update_queue("api", {"concurrency": 5}, t0)
+    assert len(await kit.store.claim_jobs(claim(queues=frozenset({"api"})), t0)) == 1, "api: nothing queued now"
+    other = await asyncpg.connect(kit.url)
+    lock = other.transaction()
+    await lock.start()
+    try:  # another node's claim holds api's lock (LOCK_QUEUES) until its commit
+        await other.execute("SELECT pg_advisory_xact_lock(7242, hashtext('api'))")
+        got = await asyncio.wait_for(kit.store.claim_jobs(claim(), t0), 20)
+    except TimeoutError:
+        raise AssertionError(
+            "the claim of queue mail waited for the lock of queue api, which has nothing queued"
+        ) from None
+    finally:
+        await lock.rollback()
+        await other.close()
+    assert [j.queue for j in got] == ["mail"], got
+
+
 # ------------------------------------------------------------------ per-key concurrency
 
 
