@@ -822,6 +822,8 @@ class Engine:
             await self.hub.send_cancel(job["agent"], job["id"], job["attempt"])
         elif t in ("job.created", "job.queued", "job.failed", "job.scheduled"):
             job = orjson.loads(e.body)["data"]["job"]
+            if job["state"] == "blocked":  # waits for its parents, not for a time (a workflow's 9,999 children)
+                return
             run_at = datetime.fromisoformat(job["run_at"]).timestamp()
             if job["state"] == "queued" and run_at > self.clock():  # written ahead (perhaps by another node)
                 self._claim_at(run_at)

@@ -6,6 +6,7 @@ event in the same transaction. Nothing in this module does I/O.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from dataclasses import dataclass, field
@@ -183,7 +184,13 @@ def utcnow() -> float:
 
 def iso(ts: float | None) -> str | None:
     """Unix seconds to an ISO 8601 UTC string."""
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+    return None if ts is None else _iso(ts)
+
+
+@functools.lru_cache(maxsize=256)
+def _iso(ts: float) -> str:
+    # the jobs of a batch or workflow share their times: 10,000 job events format one run_at
+    return datetime.fromtimestamp(ts, UTC).isoformat()
 
 
 def job_summary(job: Job) -> dict[str, Any]:

@@ -91,15 +91,16 @@ def validate_workflow(jobs: Sequence[Mapping[str, Any]]) -> list[list[int]]:
         index[ref] = i
     out: list[list[int]] = []
     for i, spec in enumerate(jobs):
-        mine: list[int] = []
-        for k, dep in enumerate(spec.get("depends_on") or ()):
-            where = f"jobs[{i}].depends_on[{k}]"
-            if dep == spec["ref"]:
-                raise InvalidInput(f"{where}: job {dep!r} depends on itself", field=where)
-            if dep not in index:
-                raise InvalidInput(f"{where}: no job with ref {dep!r} in this workflow (refs: "
-                                   f"{_some(index)})", field=where)  # fmt: skip
-            mine.append(index[dep])
+        deps = spec.get("depends_on")
+        if not deps:
+            out.append([])
+            continue
+        try:  # the usual case at a few dict look-ups per edge; a bad ref is named by _refuse_dep
+            mine = [index[dep] for dep in deps]
+        except KeyError:
+            mine = [i]
+        if i in mine:
+            _refuse_dep(i, spec, index)
         out.append(list(dict.fromkeys(mine)))
     cycle = find_cycle({spec["ref"]: list(spec.get("depends_on") or ()) for spec in jobs}) if _cyclic(out) else None
     if cycle is not None:
@@ -109,6 +110,17 @@ def validate_workflow(jobs: Sequence[Mapping[str, Any]]) -> list[list[int]]:
         raise InvalidInput(f"jobs[{first}].depends_on: the dependencies make a cycle, so none of these jobs could "
                            f"ever start: {spelled}", field=f"jobs[{first}].depends_on")  # fmt: skip
     return out
+
+
+def _refuse_dep(i: int, spec: Mapping[str, Any], index: Mapping[str, int]) -> None:
+    """Raise InvalidInput naming the first dependency of jobs[i] on itself or on an unknown ref."""
+    for k, dep in enumerate(spec["depends_on"]):
+        where = f"jobs[{i}].depends_on[{k}]"
+        if dep == spec["ref"]:
+            raise InvalidInput(f"{where}: job {dep!r} depends on itself", field=where)
+        if dep not in index:
+            raise InvalidInput(f"{where}: no job with ref {dep!r} in this workflow (refs: "
+                               f"{_some(index)})", field=where)  # fmt: skip
 
 
 def _cyclic(parents: Sequence[Sequence[int]]) -> bool:
