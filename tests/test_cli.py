@@ -181,7 +181,9 @@ def test_workflows_submit_show_and_act_from_the_command_line(jobdeck_process: Se
         time.sleep(0.2)
     lines = shown.stdout.splitlines()
     assert lines[0].startswith(f"workflow {wf_id} cli-etl: succeeded"), shown.stdout
-    assert lines[1].startswith("● extract") and lines[2].startswith("  └─ load") and "<- extract" in lines[2], lines
+    assert lines[1].startswith("created "), lines
+    assert lines[2].startswith("● extract") and lines[3].startswith("  └─ load") and "<- extract" in lines[3], lines
+    assert lines[2].index("succeeded") == lines[3].index("succeeded"), f"the state column lines up: {lines}"
     listed = jobdeck(jobdeck_process, "workflows", "ls")
     assert "cli-etl" in listed.stdout and "2 succeeded" in listed.stdout, listed.stdout
     refused = jobdeck(jobdeck_process, "workflows", "pause", str(wf_id))

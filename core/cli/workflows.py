@@ -9,12 +9,20 @@ from typing import Any
 
 import orjson
 
-from core.cli.output import show, table
+from core.cli.output import show, table, when
 from core.client import JobDeckClient, workflow_layers
 from core.errors import InvalidInput
 
 ORDER = ("succeeded", "skipped", "running", "queued", "scheduled", "failed", "blocked", "paused", "dead", "cancelled")
-COLUMNS = (("id", 6), ("name", 24), ("state", 10), ("total", 6), ("progress", 50))
+COLUMNS = (
+    ("id", 6),
+    ("name", 24),
+    ("state", 10),
+    ("total", 6),
+    ("created_at", 24),
+    ("finished_at", 24),
+    ("progress", 50),
+)
 
 
 def progress(counts: dict[str, int]) -> str:
@@ -22,15 +30,18 @@ def progress(counts: dict[str, int]) -> str:
 
 
 def tree(wf: dict[str, Any]) -> str:
-    """A workflow and its jobs, layer by layer, each with its state and what it waits for."""
+    """A workflow and its jobs, layer by layer, each with its state and what it waits for; the
+    state, id and parents columns line up whatever a job's depth."""
     refs = {n["id"]: n.get("ref") or str(n["id"]) for n in wf["nodes"]}
+    ended = f", finished {when(wf['finished_at'])}" if wf.get("finished_at") else ""
     lines = [f"workflow {wf['id']} {wf['name']}: {wf['state']}{' (paused)' if wf['paused'] else ''} "
-             f"- {progress(wf['counts'])}"]  # fmt: skip
-    for depth, layer in enumerate(workflow_layers(wf["nodes"])):
-        for n in layer:
-            waits = f"  <- {', '.join(refs.get(p, str(p)) for p in n['parents'])}" if n["parents"] else ""
-            lines.append(f"{'  ' * depth}{'└─ ' if depth else '● '}{refs[n['id']]:<20} {n['state']:<10} "
-                         f"#{n['id']}{waits}")  # fmt: skip
+             f"- {progress(wf['counts'])}", f"created {when(wf['created_at'])}{ended}"]  # fmt: skip
+    rows = [(f"{'  ' * depth}{'└─ ' if depth else '● '}{refs[n['id']]}", n)
+            for depth, layer in enumerate(workflow_layers(wf["nodes"])) for n in layer]  # fmt: skip
+    width = max((len(label) for label, _ in rows), default=0) + 2
+    for label, n in rows:
+        waits = f"  <- {', '.join(refs.get(p, str(p)) for p in n['parents'])}" if n["parents"] else ""
+        lines.append(f"{label:<{width}}{n['state']:<10} #{n['id']:<6}{waits}".rstrip())
     return "\n".join(lines)
 
 
