@@ -3,6 +3,7 @@ layers, its nodes recoloured live as jobs move, a click on a node opening the jo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,4 +77,5 @@ def test_pause_resume_and_cancel_from_the_list(open_page: OpenPage, web: Dashboa
     expect(row.locator(".wf-pause")).to_be_visible()
     row.locator(".wf-cancel").click()
     expect(row).to_contain_text("cancelled")
+    expect(row.locator(".wf-took")).to_have_text(re.compile(r"^\d+\.\ds$"))  # submit -> end, once it has ended
     assert api(web, "get_workflow", wf_id)["state"] == "cancelled"

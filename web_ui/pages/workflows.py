@@ -11,7 +11,7 @@ import reflex as rx
 
 from core.client import workflow_layers
 from core.errors import JobDeckError, NotFound
-from web_ui.format import ago, clock
+from web_ui.format import ago, clock, when
 from web_ui.hub import Change, touched
 from web_ui.layout import layout
 from web_ui.state import AppState, page_state
@@ -96,7 +96,24 @@ def _row(wf: dict[str, Any], zone: str) -> dict[str, str]:
         "created": clock(wf.get("created_at"), zone),
         "created_ago": ago(wf.get("created_at")),
         "finished": clock(wf.get("finished_at"), zone) if wf.get("finished_at") else "",
+        "finished_ago": ago(wf.get("finished_at")),
+        "took": _took(wf.get("created_at"), wf.get("finished_at")),
     }
+
+
+def _took(start: Any, end: Any) -> str:
+    """'42.1s', '3m 05s', '2h 14m' from submit to the last job's end; '' while it runs."""
+    a, b = when(start), when(end)
+    if a is None or b is None:
+        return ""
+    d = max(0.0, b - a)
+    return (
+        f"{d:.1f}s"
+        if d < 60
+        else f"{d // 60:.0f}m {d % 60:02.0f}s"
+        if d < 3600
+        else f"{d // 3600:.0f}h {d % 3600 // 60:02.0f}m"
+    )
 
 
 class _WorkflowActions(AppState):
@@ -202,7 +219,12 @@ def _list_row(row: Any) -> rx.Component:
         rx.table.cell(row["total"]),
         rx.table.cell(row["counts"]),
         rx.table.cell(rx.tooltip(rx.text(row["created_ago"]), content=row["created"])),
-        rx.table.cell(row["finished"]),
+        rx.table.cell(
+            rx.cond(
+                row["finished"] != "", rx.tooltip(rx.text(row["finished_ago"]), content=row["finished"]), rx.text("")
+            )
+        ),
+        rx.table.cell(row["took"], class_name="wf-took"),
         rx.table.cell(_actions(row, WorkflowsState)),
         id="wf-row-" + row["id"],
     )
@@ -210,7 +232,7 @@ def _list_row(row: Any) -> rx.Component:
 
 def workflows_page() -> rx.Component:
     """The Workflows page."""
-    heads = ("Id", "Name", "State", "Jobs", "Progress", "Started", "Ended", "Actions")
+    heads = ("Id", "Name", "State", "Jobs", "Progress", "Started", "Ended", "Took", "Actions")
     return layout(
         "Workflows",
         rx.hstack(
