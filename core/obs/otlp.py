@@ -1,10 +1,10 @@
-"""JobDeck's own span export: OTLP/HTTP protobuf bytes written straight from a span's fields, batched
+"""JobDeck's own span export: OTLP/HTTP protobuf bytes written straight from a span's fields, posted
 off the event loop. The SDK path (a Span per step, then `encode_spans` building a protobuf object per
 span, attribute and value) cost about 55 us a span, most of a job's tracing cost; this is a few.
 
-A span is a `Record` tuple. `SpanBatcher.add` only appends it to a deque (no lock, no wake per span);
-its thread wakes when a batch is full (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512) or every
-OTEL_BSP_SCHEDULE_DELAY ms (5000), encodes the batch and posts it over one kept-alive connection
+A span is a `Record` tuple. `SpanBatcher.add` encodes it and appends the bytes to a deque (no lock, no
+wake per span); its thread wakes when a batch is full (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512) or every
+OTEL_BSP_SCHEDULE_DELAY ms (5000), joins the batch and posts it over one kept-alive connection
 (core/obs/otlp_http.py: the endpoint, headers, timeout, compression and certificates are the
 standard OTEL_EXPORTER_OTLP_* ones).
 Beyond OTEL_BSP_MAX_QUEUE_SIZE (2048) waiting spans, new ones are dropped (and counted), as the SDK does.
@@ -27,8 +27,10 @@ from core.obs.otlp_http import OtlpHttpPoster
 log = logging.getLogger("jobdeck.tracing")
 
 # (name, trace_id, span_id, parent span_id (0: a root), start ns, end ns, attributes,
-#  events ((name, time ns), ...), error (None: status unset; else its message, status ERROR))
-Record = tuple[str, int, int, int, int, int, Mapping[str, Any], Sequence[tuple[str, int]], str | None]
+#  events ((name, time ns), ...), error (None: status unset; else its message, status ERROR)).
+# The attributes: a mapping, or (id, Shared): the id (a job's) first, then attributes other spans share.
+Record = tuple[str, int, int, int, int, int, "Mapping[str, Any] | tuple[int, Shared]", Sequence[tuple[str, int]],
+               str | None]  # fmt: skip
 
 _fixed64 = struct.Struct("<Q").pack
 _double = struct.Struct("<d").pack
@@ -125,31 +127,97 @@ def _attributes(tag: int, attrs: Mapping[str, Any]) -> bytes:
     return b"".join(_key_value(tag, k, v) for k, v in attrs.items())
 
 
+class Shared:
+    """Attributes that many spans carry alike (a job step's attempt, queue and agent, its outcome), encoded
+    once; each span adds its own `key` (an id) in front."""
+
+    __slots__ = ("_heads", "encoded", "items", "key")
+
+    def __init__(self, key: str, items: Mapping[str, Any]) -> None:
+        self.key, self.items = key, dict(items)
+        self.encoded = _span_attributes(self.items)
+        # Span.attributes (9) KeyValue{key 1, value 2: AnyValue{int_value 3}} up to the id's varint, by its length
+        k = _text(0x0A, key)
+        self._heads = [b""] + [bytes((0x4A, len(k) + 3 + n)) + k + bytes((0x12, n + 1, 0x18)) for n in range(1, 11)]
+
+    def with_id(self, n: int) -> bytes:
+        """These attributes after `key` = n (a non-negative int)."""
+        if n < 0x80:
+            v = bytes((n,))
+        elif n < 0x4000:
+            v = bytes((n & 0x7F | 0x80, n >> 7))
+        elif n < 0x200000:
+            v = bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
+        elif n < 0x10000000:
+            v = bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21))
+        else:
+            v = _varint(n & _MASK64)
+        return self._heads[len(v)] + v + self.encoded
+
+
+def attributes_of(attrs: Mapping[str, Any] | tuple[int, Shared]) -> dict[str, Any]:
+    """A record's attributes as one dict."""
+    if type(attrs) is tuple:
+        n, shared = attrs
+        return {shared.key: n, **shared.items}
+    return dict(attrs)  # type: ignore[arg-type]
+
+
 _names: dict[str, bytes] = {}  # a span name as Span.name (field 5)
+_events: dict[str, tuple[bytes, bytes]] = {}  # an event's bytes around its time (Span.events = 11)
+
+
+def _event(name: str) -> tuple[bytes, bytes]:
+    """Event (time_unix_nano 1: fixed64, name 2) as Span.events: the bytes before and after its time."""
+    text = _text(0x12, name) if len(_events) < _CACHED else _field(0x12, name.encode())
+    around = bytes((0x5A, 9 + len(text), 0x09)) if len(text) < 0x77 else b"\x5a" + _varint(9 + len(text)) + b"\x09"
+    if len(_events) < _CACHED:
+        _events[name] = (around, text)
+    return around, text
 
 
 def _span(r: Record) -> bytes:
     name, trace_id, span_id, parent_id, start, end, attrs, events, error = r
-    head = (_ids_parent(_HIGH, trace_id >> 64, trace_id & _MASK64, _LOW, span_id, _PARENT, parent_id) if parent_id
-            else _ids(_HIGH, trace_id >> 64, trace_id & _MASK64, _LOW, span_id))  # fmt: skip
     named = _names.get(name)
     if named is None:
         named = _names[name] = _text(0x2A, name) if len(_names) < _CACHED else _field(0x2A, name.encode())
-    body = head + named + _times(_KIND_START, start, 0x41, end) + _span_attributes(attrs)
-    for event, at in events:  # Event: time_unix_nano 1 (fixed64), name 2
-        body += _field(0x5A, b"\x09" + _fixed64(at) + _text(0x12, event))
+    parts = [
+        _ids_parent(_HIGH, trace_id >> 64, trace_id & _MASK64, _LOW, span_id, _PARENT, parent_id) if parent_id
+        else _ids(_HIGH, trace_id >> 64, trace_id & _MASK64, _LOW, span_id),
+        named,
+        _times(_KIND_START, start, 0x41, end),
+        attrs[1].with_id(attrs[0]) if type(attrs) is tuple else _span_attributes(attrs),  # type: ignore[arg-type]
+    ]  # fmt: skip
+    for event, at in events:
+        before, text = _events.get(event) or _event(event)
+        parts += (before, _fixed64(at), text)
     if error is not None:  # Status: message 2, code 3 (ERROR = 2)
-        body += _field(0x7A, _field(0x12, error.encode()) + b"\x18\x02")
+        parts.append(_field(0x7A, _field(0x12, error.encode()) + b"\x18\x02"))
+    body = b"".join(parts)
     n = len(body)  # ScopeSpans.spans = 2
     return (bytes((0x12, n)) if n < 0x80 else bytes((0x12, (n & 0x7F) | 0x80, n >> 7)) if n < 0x4000
             else b"\x12" + _varint(n)) + body  # fmt: skip
 
 
+def _request(spans: Iterable[bytes], resource: bytes, scope: bytes) -> bytes:
+    """An ExportTraceServiceRequest of encoded spans (`_span`), with the resource's attributes and the
+    scope encoded (`_resource`, `_scope`)."""
+    return _field(0x0A, resource + _field(0x12, scope + b"".join(spans)))
+
+
+def _resource(attrs: Mapping[str, Any]) -> bytes:
+    """ResourceSpans.resource (field 1): a Resource of these attributes."""
+    return _field(0x0A, _attributes(0x0A, attrs))
+
+
+def _scope(name: str) -> bytes:
+    """ScopeSpans.scope (field 1): an InstrumentationScope of this name."""
+    return _field(0x0A, _text(0x0A, name))
+
+
 def encode(records: Iterable[Record], resource: Mapping[str, Any], scope: str = "jobdeck") -> bytes:
     """An ExportTraceServiceRequest holding `records`, all of one resource and instrumentation scope."""
-    scope_spans = _field(0x0A, _text(0x0A, scope)) + b"".join([_span(r) for r in records])
-    resource_spans = _field(0x0A, _attributes(0x0A, resource)) + _field(0x12, scope_spans)
-    return _field(0x0A, resource_spans)
+    return _request([_span(r) for r in records], _resource(resource), _scope(scope))
 
 
 def _env_int(name: str, default: int) -> int:
@@ -160,12 +228,12 @@ def _env_int(name: str, default: int) -> int:
 
 
 class SpanBatcher:
-    """Records waiting for export, and the thread that exports them over OTLP/HTTP."""
+    """Spans waiting for export, encoded, and the thread that posts them over OTLP/HTTP."""
 
     def __init__(self, resource: Mapping[str, Any], poster: OtlpHttpPoster | None = None) -> None:
         self.poster = poster if poster is not None else OtlpHttpPoster()  # OTEL_EXPORTER_OTLP_(TRACES_)*
-        self._resource = dict(resource)
-        self._queue: collections.deque[Record] = collections.deque()
+        self._resource, self._scope = _resource(resource), _scope("jobdeck")
+        self._queue: collections.deque[bytes] = collections.deque()
         self.max_queue = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
         self.batch = max(1, min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), self.max_queue))
         self.delay = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
@@ -179,14 +247,20 @@ class SpanBatcher:
         self._thread.start()
 
     def add(self, r: Record) -> None:
-        """Queue one span (the event loop's whole share of its export)."""
+        """Encode one span and queue it: the caller (the event loop) pays the encoding, a few us, so the
+        export thread, which only joins and posts, seldom wants the GIL the loop and the store's writer
+        need (an encoding thread took it from them 512 spans at a time)."""
         q = self._queue
         if len(q) >= self.max_queue:
             if not self.dropped:
                 log.warning("span export queue full (OTEL_BSP_MAX_QUEUE_SIZE=%d): dropping spans", self.max_queue)
             self.dropped += 1
             return
-        q.append(r)
+        try:
+            q.append(_span(r))
+        except Exception as e:  # e.g. an error message no UTF-8 can hold: that span, never the node's step
+            log.warning("span %s not exported: %s", r[0], e)
+            return
         if len(q) == self.batch:
             self._wake.set()
 
@@ -207,7 +281,7 @@ class SpanBatcher:
         while q:
             batch = [q.popleft() for _ in range(min(len(q), self.batch))]
             try:
-                if self.poster.post(encode(batch, self._resource)):  # it logs a refusal itself
+                if self.poster.post(_request(batch, self._resource, self._scope)):  # it logs a refusal itself
                     self.exported += len(batch)
             except Exception as e:  # an exporter's failure never reaches the node
                 log.warning("span export failed: %s", e)

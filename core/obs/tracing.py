@@ -15,7 +15,7 @@ OTLP/HTTP, configured by the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPO
 OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_BSP_*...); `console` prints spans (for a look on one machine).
 
 The spans are not made with the SDK's `start_span`: each step's times, ids and attributes are known
-when it ends, so it is one tuple, encoded by core/obs/otlp.py off the event loop (or handed to an SDK
+when it ends, so it is one tuple, encoded by core/obs/otlp.py and posted off the event loop (or handed to an SDK
 provider's processors, as the tests' in-memory exporter is). The SDK supplies the sampler, the
 resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES); core/obs/otlp_http.py posts the batches.
 """
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import InvalidInput
 from core.obs import logs
-from core.obs.otlp import Record
+from core.obs.otlp import Record, Shared, attributes_of
 
 if TYPE_CHECKING:
     from core.model import Job
@@ -48,6 +48,7 @@ def traceparent_of(span: Any) -> str:
 
 
 PARENTS_KEPT = 4096  # parsed traceparents: a batch's jobs share their submit's
+SHARED_KEPT = 1024  # job steps' shared span attributes (by attempt, queue, agent, outcome)
 _parents: dict[str, tuple[int, int, bool] | None] = {}
 _rand = random.getrandbits
 
@@ -72,10 +73,16 @@ def _parsed(traceparent: str | None) -> tuple[int, int, bool] | None:
     return parent
 
 
-def _known(trace_id: int, span_id: int) -> str:
-    """The sampled traceparent of a span this process made, remembered as parsed."""
+def _traceparent(trace_id: int, span_id: int) -> str:
+    """The sampled traceparent of a span."""
     # bytes.hex, not f"{trace_id:032x}": formatting a 128-bit int as hex took ~1 us of the run hook's ~4
-    tp = f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-01"
+    return f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-01"
+
+
+def _known(trace_id: int, span_id: int) -> str:
+    """The traceparent of a span this process made that its jobs will carry (a submit's, a firing's),
+    remembered as parsed."""
+    tp = _traceparent(trace_id, span_id)
     if len(_parents) >= PARENTS_KEPT:
         _parents.clear()
     _parents[tp] = (trace_id, span_id, True)
@@ -94,12 +101,16 @@ class RunSpan:
 
     __slots__ = ("attributes", "span_id", "trace_id", "traceparent")
 
-    def __init__(self, trace_id: int, span_id: int, attributes: dict[str, Any]) -> None:
-        self.trace_id, self.span_id, self.attributes = trace_id, span_id, attributes
-        self.traceparent = _known(trace_id, span_id)
+    def __init__(self, trace_id: int, span_id: int, attributes: tuple[int, Shared]) -> None:
+        self.trace_id, self.span_id = trace_id, span_id
+        self.attributes: tuple[int, Shared] | dict[str, Any] = attributes
+        # not remembered as parsed (as a submit's is): the task's, no job of this process carries it
+        self.traceparent = _traceparent(trace_id, span_id)
 
     def set_attribute(self, key: str, value: Any) -> None:
-        self.attributes[key] = value
+        if type(self.attributes) is tuple:
+            self.attributes = attributes_of(self.attributes)
+        self.attributes[key] = value  # type: ignore[index]
 
 
 class _Untraced:
@@ -185,7 +196,7 @@ class _SdkSink:
             context=trace.SpanContext(tid, sid, is_remote=False, trace_flags=sampled),
             parent=trace.SpanContext(tid, pid, is_remote=True, trace_flags=sampled) if pid else None,
             resource=self._resource,
-            attributes=dict(attrs),
+            attributes=attributes_of(attrs),
             events=tuple(Event(e, timestamp=at) for e, at in events),
             status=Status(StatusCode.ERROR, error) if error is not None else Status(StatusCode.UNSET),
             start_time=start,
@@ -217,6 +228,7 @@ class Tracing:
         self._follows_parent = False
         self._root_bound: int | None = None  # a root is kept when (trace id & 2**64 - 1) < this; None: ask
         self._shut = False
+        self._shared: dict[tuple[Any, ...], Shared] = {}
         if provider is not None:
             from opentelemetry import context, trace
             from opentelemetry.sdk.trace.sampling import ParentBased, StaticSampler, TraceIdRatioBased
@@ -237,6 +249,14 @@ class Tracing:
     @property
     def enabled(self) -> bool:
         return self.sink is not None
+
+    def _job_step(self, key: tuple[Any, ...], items: dict[str, Any]) -> Shared:
+        """The attributes a job step's span shares with the others of its kind, `key` (kind first) naming
+        them, made (and encoded) on the first span that has them; the hooks look them up in `_shared`."""
+        if len(self._shared) >= SHARED_KEPT:
+            self._shared.clear()
+        shared = self._shared[key] = Shared("jobdeck.job_id", items)
+        return shared
 
     def _keeps(self, parent: tuple[int, int, bool] | None, trace_id: int, name: str) -> bool:
         """Whether a span (of `trace_id`, under `parent` if any) is recorded: the sampler's decision."""
@@ -294,25 +314,27 @@ class Tracing:
         if self.sink is None:
             return
         ended = time.time()
-        add, child = self.sink.add, self._child
+        add, child, shared = self.sink.add, self._child, self._shared
         for j in jobs:
             if not j.traceparent or (step := child(j.traceparent, "jobdeck.wait")) is None:
                 continue
             due = max(j.run_at, j.created_at)
-            attrs = {"jobdeck.job_id": j.id, "jobdeck.attempt": j.attempt, "jobdeck.queue": j.queue,
-                     "jobdeck.agent": agent}  # fmt: skip
+            key = ("jobdeck.wait", j.attempt, j.queue, agent)
+            attrs = shared.get(key) or self._job_step(key, {"jobdeck.attempt": j.attempt, "jobdeck.queue": j.queue,
+                                                            "jobdeck.agent": agent})  # fmt: skip
             # the claim: this event to the end
-            add(("jobdeck.wait", step[0], _new_id(64), step[1], int(due * 1e9), int(max(due, ended) * 1e9), attrs,
-                 (("jobdeck.claim", int(max(due, began) * 1e9)),), None))  # fmt: skip
+            add(("jobdeck.wait", step[0], _new_id(64), step[1], int(due * 1e9), int(max(due, ended) * 1e9),
+                 (j.id, attrs), (("jobdeck.claim", int(max(due, began) * 1e9)),), None))  # fmt: skip
 
     def result(self, job: Job, outcome: str, attempt: int, began: float) -> None:
         """The recording of an attempt's result."""
         if self.sink is None or not job.traceparent or (step := self._child(job.traceparent, "jobdeck.result")) is None:
             return
-        attrs = {"jobdeck.job_id": job.id, "jobdeck.attempt": attempt, "jobdeck.outcome": outcome,
-                 "jobdeck.state": job.state}  # fmt: skip
-        self.sink.add(("jobdeck.result", step[0], _new_id(64), step[1], int(began * 1e9), time.time_ns(), attrs, (),
-                       None))  # fmt: skip
+        key = ("jobdeck.result", attempt, outcome, job.state)
+        attrs = self._shared.get(key) or self._job_step(key, {"jobdeck.attempt": attempt, "jobdeck.outcome": outcome,
+                                                              "jobdeck.state": job.state})  # fmt: skip
+        self.sink.add(("jobdeck.result", step[0], _new_id(64), step[1], int(began * 1e9), time.time_ns(),
+                       (job.id, attrs), (), None))  # fmt: skip
 
     def run(self, traceparent: str | None, job_id: int, attempt: int,
             queue: str) -> contextlib.AbstractContextManager[RunSpan | None]:  # fmt: skip
@@ -320,9 +342,9 @@ class Tracing:
         one inside (for an async Python task's own spans), and `span.traceparent` is what the task gets."""
         if self.sink is None or not traceparent or (step := self._child(traceparent, "jobdeck.run")) is None:
             return _NONE
-        span = RunSpan(step[0], _new_id(64), {"jobdeck.job_id": job_id, "jobdeck.attempt": attempt,
-                                               "jobdeck.queue": queue})  # fmt: skip
-        return _Run(self, span, step[1])
+        key = ("jobdeck.run", attempt, queue)
+        attrs = self._shared.get(key) or self._job_step(key, {"jobdeck.attempt": attempt, "jobdeck.queue": queue})
+        return _Run(self, RunSpan(step[0], _new_id(64), (job_id, attrs)), step[1])
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Export what is buffered now (True once it is out)."""

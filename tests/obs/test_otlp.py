@@ -65,6 +65,20 @@ def test_the_encoded_request_reads_back_with_the_official_otlp_classes() -> None
     assert [kv.value.WhichOneof("value") for kv in result.attributes] == ["int_value", "double_value", "string_value"]
 
 
+def test_a_job_step_s_id_and_shared_attributes_read_back_for_ids_of_every_length() -> None:
+    """A job step's attributes are (job id, Shared): the id written in front of the shared attributes'
+    bytes, which are encoded once. Ids of 1 to 10 varint bytes, as the official classes read them."""
+    shared = otlp.Shared("jobdeck.job_id", {"jobdeck.attempt": 2, "jobdeck.queue": "q" * 200, "jobdeck.agent": "a1"})
+    ids = [0, 1, 127, 128, 16_383, 16_384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**35, 2**63 - 1]
+    records: list[otlp.Record] = [
+        ("jobdeck.run", 7, i + 1, 3, 10, 20, (n, shared), (), None) for i, n in enumerate(ids)
+    ]
+    (rs,) = ExportTraceServiceRequest.FromString(otlp.encode(records, {})).resource_spans
+    got = [_attrs(s.attributes) for s in rs.scope_spans[0].spans]
+    assert got == [{"jobdeck.job_id": n, **shared.items} for n in ids], got
+    assert otlp.attributes_of((5, shared)) == {"jobdeck.job_id": 5, **shared.items}, "what an SDK processor gets"
+
+
 class _Receiver(BaseHTTPRequestHandler):
     """An OTLP/HTTP endpoint, as a collector is: HTTP/1.1, connections kept open. Each POST to
     /v1/traces is read with the official classes (gunzipped if it says gzip); `posts` keeps each one's
@@ -133,7 +147,11 @@ async def test_a_node_and_its_agent_post_every_job_s_trace_over_otlp_http(tmp_pa
     assert spans["jobdeck.submit"].parent_span_id.hex() == CALLER_SPAN, "the caller's traceparent honoured"
     for step in ("jobdeck.wait", "jobdeck.run", "jobdeck.result"):
         assert spans[step].parent_span_id == spans["jobdeck.submit"].span_id, f"{step} under the submit"
-    assert _attrs(spans["jobdeck.run"].attributes)["jobdeck.job_id"] == called["id"]
+    job_step = {"jobdeck.job_id": called["id"], "jobdeck.attempt": 1}
+    assert _attrs(spans["jobdeck.wait"].attributes) == {**job_step, "jobdeck.queue": "tq", "jobdeck.agent": "remote-1"}
+    assert _attrs(spans["jobdeck.run"].attributes) == {**job_step, "jobdeck.queue": "tq"}
+    assert _attrs(spans["jobdeck.result"].attributes) == {**job_step, "jobdeck.outcome": "succeeded",
+                                                          "jobdeck.state": "succeeded"}  # fmt: skip
     assert [e.name for e in spans["jobdeck.wait"].events] == ["jobdeck.claim"]
     mine = trace(own["trace_id"])
     assert mine["jobdeck.submit"].parent_span_id == b"", "the submit starts the trace"
@@ -157,6 +175,26 @@ def test_a_full_export_queue_drops_new_spans_and_says_so(monkeypatch: pytest.Mon
         assert sum("queue full" in r.message for r in caplog.records) == 1, caplog.text
     finally:
         batcher.shutdown()
+
+
+def test_a_span_that_cannot_be_encoded_is_left_out_alone(monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """A task's error text with a lone surrogate (no UTF-8 holds it) costs that span only: the others of
+    its batch arrive, and the caller never sees the error (the old export thread dropped the batch)."""
+    _Receiver.spans, _Receiver.posts, _Receiver.answers = [], [], []
+    with _endpoint() as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+        batcher = otlp.SpanBatcher({"service.name": "x"})
+        try:
+            spans = _spans(5)
+            spans[2] = (*spans[2][:8], "OSError: \udcff")  # type: ignore[assignment]
+            for r in spans:
+                batcher.add(r)
+            assert batcher.flush(10), "exported in time"
+        finally:
+            batcher.shutdown()
+    assert sorted(s.span_id for _, s in _Receiver.spans) == [(i + 1).to_bytes(8, "big") for i in (0, 1, 3, 4)]
+    assert sum("not exported" in r.message for r in caplog.records) == 1, caplog.text
 
 
 def _spans(n: int) -> list[otlp.Record]:
