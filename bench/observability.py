@@ -1,12 +1,15 @@
 """What observability costs: drain throughput, server CPU per job and pick-up p99 on a node with
 Prometheus metrics on, and on one with OpenTelemetry tracing on at its default sampling (every job
-traced; exporting over OTLP/HTTP to a collector stand-in in this process), each against a node with both off, in alternating turns of one run, so the machine's load
-hits every mode alike. And what retention costs: the purge rate of old jobs, and the pick-up p99
-of a steady stream while the purge runs vs without it.
+traced; exporting over OTLP/HTTP to a collector stand-in in this process), each against a node with
+both off, in alternating turns of one run, so the machine's load hits every mode alike. And what
+retention costs: the purge rate of old jobs, and the pick-up p99 of a steady stream while the purge
+runs vs without it.
 
 Drain: jobs stored in a paused queue, then resumed; the clock runs to the last success (the e2e
-bench's resumed run). Pick-up: no-op jobs submitted at a steady rate, started_at - run_at per job.
-Every turn is a fresh `jobdeck up` on a fresh store. The ratios are the figures: 1.00 is free.
+bench's resumed run). Pick-up: no-op jobs submitted at a steady rate, started_at - run_at per job,
+to an off node and an on node up at the same time, the submits alternating between them, so a burst
+of the machine's load hits both streams alike (in turns, the p99 of one turn against the next swung
+0.3-2.3x). Every node is a fresh `jobdeck up` on a fresh store. The ratios are the figures: 1.00 is free.
 """
 
 from __future__ import annotations
@@ -73,13 +76,31 @@ def collector() -> Iterator[str]:
         server.shutdown()
 
 
-async def _pickup_ms(ctx: RunContext, client: BenchClient, seconds: float, queue: str = QUEUE) -> list[float]:
+async def _paired_pickup_ms(ctx: RunContext, clients: list[BenchClient], seconds: float,
+                            queue: str = QUEUE) -> list[list[float]]:  # fmt: skip
+    """Each node's pick-ups (ms, in submit order) of one stream at pickup_rate a node for `seconds`, the
+    submits dealt to the nodes in turn (one paced stream at the nodes' summed rate)."""
     s = ctx.scale
-    for job in [await client.submit(noop_job("warm-up")) for _ in range(4)]:
-        await client.wait_for(job["id"], timeout=s.stall_seconds)
-    pacing = await paced(s.pickup_rate, seconds, lambda: client.submit(noop_job(queue, delay=0)))
-    await wait_for_state(client, queue, "succeeded", len(pacing.lateness), poll=s.poll_seconds, stall=s.stall_seconds)
-    return [(epoch(j["started_at"]) - epoch(j["run_at"])) * 1000 for j in await all_jobs(client, queue)]
+    for client in clients:
+        for job in [await client.submit(noop_job("warm-up")) for _ in range(4)]:
+            await client.wait_for(job["id"], timeout=s.stall_seconds)
+    # at most MAX_IN_FLIGHT submits of a node await their answer, the next wait their turn here: a backlog
+    # in httpx's pool costs it quadratic time (two streams in this process stalled it for minutes)
+    turn = itertools.cycle([(c, asyncio.Semaphore(MAX_IN_FLIGHT)) for c in clients])
+
+    async def submit() -> None:
+        client, room = next(turn)
+        async with room:
+            await client.submit(noop_job(queue, delay=0))
+
+    pacing = await paced(s.pickup_rate * len(clients), seconds, submit)
+    each = len(pacing.lateness) // len(clients)
+    out = []
+    for client in clients:
+        await wait_for_state(client, queue, "succeeded", each, poll=s.poll_seconds, stall=s.stall_seconds)
+        jobs = sorted(await all_jobs(client, queue), key=lambda j: int(j["id"]))
+        out.append([(epoch(j["started_at"]) - epoch(j["run_at"])) * 1000 for j in jobs])
+    return out
 
 
 def _median(values: list[float]) -> float:
@@ -91,12 +112,15 @@ def _load() -> str:
 
 
 async def observability_cost(ctx: RunContext) -> list[Figure]:
-    """For metrics and for tracing, `obs_rounds` ABBA pairs of turns against a node with both off
-    (off, on, on, off; the next pair on, off, off, on), each turn a fresh node's drain and a fresh
-    node's pick-up stream: a pair's ratio is its two on turns against its two off turns, so a load
-    that rises or falls through the pair hits both sides alike. The figures are the median and the
-    worst of the pairs, each pair's ratios and the machine's load beside them. The in-process cost
-    (bench/obs_hooks.py) is measured once a pair and set beside that pair's off node's CPU per job."""
+    """For metrics and for tracing, `obs_rounds` ABBA pairs of drain turns against a node with both off
+    (off, on, on, off; the next pair on, off, off, on), each turn a fresh node's drain: a pair's ratio
+    is its two on turns against its two off turns, so a load that rises or falls through the pair hits
+    both sides alike. Then the pair's pick-up: an off and an on node at once, one stream dealt to both
+    (2 x pickup_seconds at pickup_rate each: 6,000 jobs a side in a full run), the p99 of each; beside
+    it the p99 of the off node's odd jobs against its even ones, what the same node measures against
+    itself (the comparison's resolution). The figures are the median and the worst of the pairs, each
+    pair's ratios and the machine's load beside them. The in-process cost (bench/obs_hooks.py) is
+    measured once a pair and set beside that pair's off node's CPU per job."""
     with collector() as endpoint:
         modes = {
             "off": {"JOBDECK_METRICS": "false", "JOBDECK_TRACING": "off"},
@@ -116,16 +140,24 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
         small_batches = dataclasses.replace(ctx, scale=dataclasses.replace(ctx.scale, batch_size=SUBMIT_BATCH,
                                                                            e2e_jobs=jobs))  # fmt: skip
 
-        async def turn(mode: str, tag: str) -> tuple[float, float, list[float]]:
+        async def turn(mode: str, tag: str) -> tuple[float, float]:
             env = modes[mode]
             async with ctx.server(f"obs-{mode}-drain-{tag}", ctx.scale.e2e_slots, env) as (srv, client):
                 rate, _, used = await run_resumed(small_batches, [srv], [client])
             cpu = (used.server_main + used.server_threads) * 1000 / jobs  # CPU s (not x wall)
-            async with ctx.server(f"obs-{mode}-pickup-{tag}", ctx.scale.pickup_slots, env) as (_, client):
-                pickup = await _pickup_ms(ctx, client, ctx.scale.pickup_seconds / 2)
-            ctx.progress(f"{mode} {tag}: drain {rate:,.0f} jobs/s, CPU {cpu:.3f} ms/job, pick-up p99 "
-                         f"{percentile(sorted(pickup), 99):.1f} ms (load {_load()})")  # fmt: skip
-            return rate, cpu, pickup
+            ctx.progress(f"{mode} {tag}: drain {rate:,.0f} jobs/s, CPU {cpu:.3f} ms/job (load {_load()})")
+            return rate, cpu
+
+        async def pickup(mode: str, r: int) -> tuple[list[float], list[float]]:
+            slots = ctx.scale.pickup_slots
+            async with (ctx.server(f"obs-off-pickup-{r}", slots, modes["off"]) as (_, off),
+                        ctx.server(f"obs-{mode}-pickup-{r}", slots, modes[mode]) as (_, on)):  # fmt: skip
+                first = [off, on] if r % 2 == 0 else [on, off]  # who gets the first submit, as the drains' ABBA
+                got = await _paired_pickup_ms(ctx, first, 2 * ctx.scale.pickup_seconds)
+                off_ms, on_ms = got if first[0] is off else got[::-1]
+            ctx.progress(f"pick-up {r}, {len(on_ms):,} jobs a node: p99 {mode} {percentile(sorted(on_ms), 99):.1f} "
+                         f"ms, off {percentile(sorted(off_ms), 99):.1f} ms (load {_load()})")  # fmt: skip
+            return off_ms, on_ms
 
         hook = {"metrics": lambda: obs_hooks.metrics_us_per_job(),
                 "tracing": lambda: obs_hooks.tracing_us_per_job(endpoint, None)}  # fmt: skip
@@ -134,17 +166,23 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
             for mode in pairs:
                 order = ["off", mode, mode, "off"] if r % 2 == 0 else [mode, "off", "off", mode]
                 loads = [_load()]
-                got: dict[str, list[tuple[float, float, list[float]]]] = {"off": [], mode: []}
+                got: dict[str, list[tuple[float, float]]] = {"off": [], mode: []}
                 for k, m in enumerate(order):
                     got[m].append(await turn(m, f"{r}{'abcd'[k]}"))
+                off_ms, on_ms = await pickup(mode, r)
                 added = await asyncio.to_thread(hook[mode])
                 loads.append(_load())
                 (o1, o2), (m1, m2) = got["off"], got[mode]
                 off_cpu = (o1[1] + o2[1]) / 2
+                p99_off = percentile(sorted(off_ms), 99)
                 pairs[mode].append({
                     "drain": (m1[0] + m2[0]) / (o1[0] + o2[0]),
                     "cpu": (o1[1] + o2[1]) / (m1[1] + m2[1]),
-                    "p99": percentile(sorted(m1[2] + m2[2]), 99) / percentile(sorted(o1[2] + o2[2]), 99),
+                    "p99": percentile(sorted(on_ms), 99) / p99_off,
+                    "p99_aa": percentile(sorted(off_ms[1::2]), 99) / percentile(sorted(off_ms[::2]), 99),
+                    "p99_off_ms": p99_off,
+                    "p99_on_ms": percentile(sorted(on_ms), 99),
+                    "pickups": len(on_ms),
                     "off_rate": (o1[0] + o2[0]) / 2,
                     "on_rate": (m1[0] + m2[0]) / 2,
                     "off_cpu": off_cpu,
@@ -169,6 +207,7 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
             ("drain", f"drain: {mode} on / off", min, f">= {floor} (the issue's floor)"),
             ("cpu", f"CPU per job: off / {mode} on", min, f">= {floor} (the same floor read as CPU)"),
             ("p99", f"pick-up p99: {mode} on / off", max, f"<= {2 - floor:.2f} (the floor read as latency)"),
+            ("p99_aa", "pick-up p99 of the off node: odd / even jobs", max, "the resolution of the line above"),
             ("in_process", f"{mode}: off / (off + added in process)", min, f">= {floor}"),
         ):
             values = [p[key] for p in ps]
@@ -179,6 +218,9 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
                                   f"by pair {by_pair(key)}"))  # fmt: skip
         figures.append(Figure("observability cost", f"drain, {mode} pairs: off / on", _median([p["off_rate"] for p in ps]),
                               "jobs/s", None, f"off {by_pair('off_rate', '{:,.0f}')}; on {by_pair('on_rate', '{:,.0f}')}"))  # fmt: skip
+        figures.append(Figure("observability cost", f"pick-up p99, {mode} pairs: off / on", _median([p["p99_off_ms"] for p in ps]),
+                              "ms", None, f"off {by_pair('p99_off_ms', '{:.1f}')}; on {by_pair('p99_on_ms', '{:.1f}')}; "
+                              f"{by_pair('pickups', '{:,.0f}')} jobs a node"))  # fmt: skip
         figures.append(Figure("observability cost", f"{mode}: CPU added per job (in process)",
                               _median([p["added_us"] for p in ps]), "us", None,
                               f"{obs_hooks.JOBS:,} jobs, best of {obs_hooks.REPEATS}, once a pair: {by_pair('added_us', '{:.1f}')}; "
