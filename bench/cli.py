@@ -253,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--obs-rounds", type=int, help=f"rounds of the obs benchmark's alternating turns (default {d.obs_rounds})"
     )
+    g.add_argument("--obs-parts", type=_obs_parts, metavar="PARTS",
+                   help=f"what the obs benchmark measures, of {','.join(d.obs_parts)} (default all)")  # fmt: skip
     g.add_argument("--sleepers", type=int, help=f"sleeping jobs at once in one agent (default {d.sleepers:,})")
     g.add_argument("--sleep", type=float, dest="sleep_seconds",
                    help=f"seconds each sleeper sleeps; must outlast starting them all (default {d.sleep_seconds:g})")  # fmt: skip
@@ -276,6 +278,13 @@ def _node_counts(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"--nodes takes node counts like 1,2, not {text!r}")
     return list(dict.fromkeys(counts))
+
+
+def _obs_parts(text: str) -> tuple[str, ...]:
+    parts = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not parts or set(parts) - set(Scale.obs_parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma list of {', '.join(Scale.obs_parts)}")
+    return parts
 
 
 def build_backends(args: argparse.Namespace) -> list[Backend]:

@@ -27,6 +27,7 @@ class Scale:
     pickup_lead: float = 0.3  # run_at this far in the future, in the second pick-up run
     pickup_slots: int = 64
     obs_rounds: int = 3  # ABBA pairs of the obs benchmark per mode: the median pair stands one turn hit by a burst
+    obs_parts: tuple[str, ...] = ("metrics", "tracing", "retention")  # what the obs benchmark measures
     sleepers: int = 10_000  # sleeping jobs running at once in one remote agent
     sleep_seconds: float = 15.0  # how long each sleeps: well beyond the time to start them all
     console_rate: float = 1000.0  # events per second into the console

@@ -161,7 +161,7 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
 
         hook = {"metrics": lambda: obs_hooks.metrics_us_per_job(),
                 "tracing": lambda: obs_hooks.tracing_us_per_job(endpoint, None)}  # fmt: skip
-        pairs: dict[str, list[dict[str, float]]] = {"metrics": [], "tracing": []}
+        pairs: dict[str, list[dict[str, float]]] = {m: [] for m in ("metrics", "tracing") if m in ctx.scale.obs_parts}
         for r in range(ctx.scale.obs_rounds):
             for mode in pairs:
                 order = ["off", mode, mode, "off"] if r % 2 == 0 else [mode, "off", "off", mode]
@@ -322,6 +322,8 @@ async def retention_cost(ctx: RunContext) -> list[Figure]:
     of each window's p99 against the median over quiet windows of theirs (same minutes, so a machine
     that gets busier or quieter moves both), with every window's p99 and the load."""
     s = ctx.scale
+    if "retention" not in s.obs_parts:
+        return []
     old = [f"obs-old-{i}" for i in range(WAVES)]
     kept = {STREAM: 0, "warm-up": 0, **{q: (FIRST_RETAIN + i * WAVE_GAP) / 86400 for i, q in enumerate(old)}}
     env = {"JOBDECK_JOB_RETENTION_DAYS": "1", "JOBDECK_RETENTION_INTERVAL_SECONDS": "1",
