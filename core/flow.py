@@ -29,6 +29,7 @@ MAX_KEYS = 10_000  # keys a claim reads of one queue; beyond, the least served o
 NULL_WINDOW = 1000  # jobs without a key are looked for among a fair queue's first this many queued jobs
 WALK_PAST = 256  # a per-key claim walks past at most this many jobs of full keys before reading each key's head
 FORGET_AFTER = 3600.0  # a key not served for this long and not ahead of the queue is forgotten
+RESERVED_FOR = 30.0  # seconds a claim's reservation (PostgreSQL) counts if its claim never ends (a dead node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,14 @@ class Bucket:
             return self
         at = now if self.at is None else max(self.at, now)
         return Bucket(self.level(limits, now) - started, at)
+
+    def refund(self, limits: QueueLimits, now: float, unused: int) -> Bucket:
+        """The bucket given back `unused` starts it had handed out (a claim took fewer than it reserved),
+        up to the burst: never more than if they had not been taken."""
+        if unused <= 0 or limits.rate_limit is None or self.tokens is None:
+            return self
+        at = now if self.at is None else max(self.at, now)
+        return Bucket(min(float(limits.burst), self.level(limits, now) + unused), at)
 
     def next_token_at(self, limits: QueueLimits, now: float) -> float | None:
         """When the next whole token is in the bucket, if it is empty now; None if one is there."""

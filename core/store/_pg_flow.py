@@ -1,26 +1,39 @@
-"""The PostgreSQL store's claim from a queue whose jobs are chosen by key (core/flow.py `pick`): a
-per-key concurrency limit, fair rotation between fairness keys. Runs in the claim's transaction,
-under the queue's advisory lock (core/store/_pg_sql.py LOCK_QUEUES), so the per-key counts and the
-rotation hold across every node.
+"""The PostgreSQL store's flow control in a claim: what it may take of its limited queues (core/flow.py), and
+which jobs of a queue chosen by key (`pick`: a per-key concurrency limit, fair rotation between keys).
+
+A claim of limited queues runs in two transactions. `reserve`, under the queues' advisory locks
+(core/store/_pg_sql.py LOCK_QUEUES), counts each limit, picks a keyed queue's jobs, takes the rate
+tokens, charges the rotation and writes a reservation per queue (claim_reservations: how many, and a
+keyed queue's picked job ids and their keys), and commits at once (the lock is held a few statements,
+not through the claim's job updates, the rest of its batch and its commit). The claim then takes at
+most that many (exactly those jobs, for a keyed queue) in the writer's transaction, and marks each
+reservation used there: the reservation stops counting in the same commit as its jobs start running.
+Every count adds the open reservations to the running jobs in one statement (one snapshot), so a limit
+holds across nodes, exactly, while the nodes' claims write side by side. A reservation's unused starts
+go back to the bucket when the next claim of its queue folds it away; one a dead node left open counts
+until RESERVED_FOR has passed, and a claim that finds its reservation taken back starts none of it.
+The reservation commits without waiting for the disk (synchronous_commit off): a claim's own commit,
+which waits, is later in the log, so no claim survives a crash that its reservation did not.
 
 A queue with a per-key limit and no fair rotation takes its next jobs in claim order, less those of
 full keys, when that fills the claim (the usual case: what an unlimited claim reads). Otherwise, and in
 a fair queue, the keys are read by a skip scan of jobs_claim_fair / jobs_claim_key (one index probe per
 key), each key's next jobs in one LATERAL query, so a key with 100,000 jobs waiting is never read past.
-A fair claim is two statements under the lock (the keys with the rotation's shares; every candidate,
-whole and locked) and one after the pick (the rotation written back).
+Jobs another claim reserved are passed over.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import asyncpg
-
 from core.flow import (
+    CANDIDATE_COLUMNS,
     FORGET_AFTER,
     MAX_KEYS,
     NULL_WINDOW,
+    RESERVED_FOR,
+    Bucket,
     Candidate,
     KeyedClaim,
     KeyedPick,
@@ -28,10 +41,11 @@ from core.flow import (
     Rotation,
     Share,
     charge,
+    claim_room,
     forgettable,
     keys_to_read,
 )
-from core.store._pg_sql import CLAIM_QUEUE, SELECT_JOB
+from core.store._pg_sql import LOCK_QUEUES, SAVE_BUCKETS, SELECT_JOB, loads
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -40,6 +54,7 @@ _FAIR, _KEY = "fairness_key", "concurrency_key"
 _LABELS = "(labels = '' OR string_to_array(labels, ',') <@ $2::text[])"
 # $6: now. A schedule's run written ahead waits for its run_at (see _pg_sql._CLAIMABLE).
 _DUE = "(fire_time IS NULL OR run_at <= $6)"
+_CANDIDATE = f"SELECT {CANDIDATE_COLUMNS} FROM jobs"
 
 
 def _keys_sql(col: str) -> str:
@@ -56,31 +71,79 @@ def _keys_sql(col: str) -> str:
 
 def _heads_sql(col: str) -> str:
     """Each key's next `$4` queued jobs (a LATERAL probe per key, never past its backlog) and the next `$4`
-    without a key, whole rows, locked: every candidate of the claim in one statement. (Reading candidates
-    unlocked and then locking the picked ones was slower: one round trip more for fewer row locks.)"""
+    without a key, as candidates, passing over the jobs other claims reserved ($7): every candidate of the
+    pick in one statement. No row is locked: the queue's lock keeps other picks out, and the claim locks
+    (and checks) the jobs it picked."""
     # `key <= k.key AND key >= k.key`, not `=`: an equality drops the key out of the ORDER BY, and with
     # stale statistics the planner then took jobs_claim (sort_key, id) for the order, reading every queued
     # job for each key; as a range, jobs_claim_fair is the only plan that needs no sort.
-    heads = (f"h AS (SELECT j.* FROM unnest($3::text[]) AS k(key) CROSS JOIN LATERAL ({SELECT_JOB} "
+    heads = (f"h AS (SELECT j.* FROM unnest($3::text[]) AS k(key) CROSS JOIN LATERAL ({_CANDIDATE} "
              f"WHERE state = 'queued' AND {col} IS NOT NULL AND queue = $1 AND {col} >= k.key AND {col} <= k.key "
-             f"AND {_DUE} AND {_LABELS} ORDER BY {col}, sort_key, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS j)")  # fmt: skip
+             f"AND {_DUE} AND {_LABELS} AND id <> ALL($7::bigint[]) ORDER BY {col}, sort_key, id LIMIT $4) AS j)")  # fmt: skip
     # Jobs without a key among the queue's first NULL_WINDOW queued jobs (its claim index, in order: `= ANY`
-    # of a one-queue array keeps jobs_claim_queue the only sort-free plan, see CLAIM_QUEUE), each then read and
-    # locked by its row address in that order (a TID scan: no index for the planner to get wrong). An ORDER
-    # BY over the window's rows let the planner walk jobs_claim instead: every queued job of every queue.
+    # of a one-queue array keeps jobs_claim_queue the only sort-free plan, see CLAIM_QUEUE), each then read by
+    # its row address in that order (a TID scan: no index for the planner to get wrong). An ORDER BY over the
+    # window's rows let the planner walk jobs_claim instead: every queued job of every queue.
     window = (f"w AS MATERIALIZED (SELECT t FROM (SELECT ctid AS t, {col} AS key FROM jobs WHERE state = 'queued' "
               f"AND queue = ANY($5::text[]) AND {_DUE} ORDER BY queue, sort_key, id LIMIT {NULL_WINDOW}) AS f "
               "WHERE key IS NULL)")  # fmt: skip
-    unkeyed = (f"u AS (SELECT j.* FROM w CROSS JOIN LATERAL ({SELECT_JOB} WHERE ctid = w.t "
-               f"AND {col} IS NULL AND state = 'queued' AND {_LABELS} FOR UPDATE SKIP LOCKED) AS j LIMIT $4)")  # fmt: skip
+    unkeyed = (f"u AS (SELECT j.* FROM w CROSS JOIN LATERAL ({_CANDIDATE} WHERE ctid = w.t "
+               f"AND {col} IS NULL AND state = 'queued' AND {_LABELS} AND id <> ALL($7::bigint[])) AS j LIMIT $4)")  # fmt: skip
     return f"WITH {heads}, {window}, {unkeyed} SELECT * FROM h UNION ALL SELECT * FROM u"
 
 
 SQL = {col: (_keys_sql(col), _heads_sql(col)) for col in ("fairness_key", "concurrency_key")}
-RUNNING_BY_KEY = (
-    "SELECT concurrency_key, count(*) FROM jobs WHERE state = 'running' AND concurrency_key IS NOT NULL "
-    "AND queue = $1 GROUP BY concurrency_key"
+# A per-key queue's next `$3` jobs in claim order (as CLAIM_QUEUE walks them), less those reserved ($5).
+WALK = (
+    f"{_CANDIDATE} WHERE state = 'queued' AND (fire_time IS NULL OR run_at <= $4) "
+    "AND (labels = '' OR string_to_array(labels, ',') <@ $1::text[]) AND queue = ANY($2::text[]) "
+    "AND id <> ALL($5::bigint[]) ORDER BY queue, sort_key, id LIMIT $3"
 )
+# Running jobs per key and the keys of the open reservations' picks, in one snapshot: a claim that
+# commits between two statements would count in neither.
+RUNNING_BY_KEY = (
+    "SELECT k, sum(n)::int FROM (SELECT concurrency_key AS k, count(*) AS n FROM jobs WHERE state = 'running' "
+    "AND concurrency_key IS NOT NULL AND queue = $1 GROUP BY 1 UNION ALL SELECT k, count(*) FROM "
+    "claim_reservations AS r CROSS JOIN LATERAL unnest(r.keys) AS k WHERE r.queue = $1 AND r.used IS NULL "
+    "AND k IS NOT NULL GROUP BY 1) AS s GROUP BY k"
+)
+# Under the queues' locks, in one statement (one snapshot: a claim that commits between two statements
+# would count in neither): reservations done with deleted (used: their claims committed; or open past
+# their expiry, a dead node's, unless its claim is committing right now and holds it), and each queue's
+# limits with what holds them: running jobs plus the starts of the reservations still open; the unused
+# starts of those just deleted (back to the bucket); and the jobs open reservations picked.
+ROOMS = (
+    "WITH f AS (DELETE FROM claim_reservations WHERE id IN (SELECT id FROM claim_reservations WHERE queue = "
+    "ANY($1::text[]) AND (used IS NOT NULL OR expires_at < $2) FOR UPDATE SKIP LOCKED) "
+    "RETURNING id, queue, jobs - coalesce(used, 0) AS unused), "
+    "r AS (SELECT * FROM claim_reservations WHERE queue = ANY($1::text[]) AND used IS NULL "
+    "AND id NOT IN (SELECT id FROM f)) "
+    "SELECT q.name, q.paused, q.concurrency, q.rate_limit, q.rate_burst, q.rate_tokens, q.rate_at, "
+    "q.key_concurrency, q.fairness_weights, q.fair, q.fair_vtime, "
+    "(SELECT count(*) FROM jobs j WHERE j.state = 'running' AND j.queue = q.name) "
+    "+ (SELECT coalesce(sum(r.jobs), 0) FROM r WHERE r.queue = q.name), "
+    "(SELECT coalesce(sum(f.unused), 0) FROM f WHERE f.queue = q.name), "
+    "(SELECT coalesce(array_agg(i), '{}') FROM r CROSS JOIN LATERAL unnest(r.ids) AS i WHERE r.queue = q.name) "
+    "FROM queues q WHERE q.name = ANY($1::text[])"
+)
+RESERVE = "INSERT INTO claim_reservations (queue, jobs, ids, keys, expires_at) VALUES ($1, $2, $3, $4, $5) RETURNING id"
+# The last reservation of a claim, with its rate buckets (_pg_sql.SAVE_BUCKETS) in the same statement.
+RESERVE_SAVING = (
+    "WITH b AS (UPDATE queues AS q SET rate_tokens = v.tokens, rate_at = v.at FROM unnest($6::text[], "
+    "$7::float8[], $8::float8[]) AS v(name, tokens, at) WHERE q.name = v.name) "
+    "INSERT INTO claim_reservations (queue, jobs, ids, keys, expires_at) VALUES ($1, $2, $3, $4, $5) RETURNING id"
+)
+# In the claim: the reservations still open (locked: no fold takes one back while the claim commits) ...
+LOCK_RESERVATIONS = "SELECT id FROM claim_reservations WHERE id = ANY($1::bigint[]) AND used IS NULL FOR UPDATE"
+# ... a keyed queue's picks, those still queued ...
+CLAIM_PICKED = f"{SELECT_JOB} WHERE id = ANY($1::bigint[]) AND state = 'queued' FOR UPDATE SKIP LOCKED"
+# ... and each reservation marked with how many it started.
+USED = (
+    "UPDATE claim_reservations AS r SET used = v.used FROM unnest($1::bigint[], $2::integer[]) AS v(id, used) "
+    "WHERE r.id = v.id"
+)
+# A claim that failed gives its reservations back (one that committed after all has `used` already).
+RELEASE = "UPDATE claim_reservations SET used = 0 WHERE id = ANY($1::bigint[]) AND used IS NULL"
 # A fair claim's rotation after it, in one statement: the shares of the keys it started, the queue's
 # virtual time, and (if $6) the keys neither ahead nor recent forgotten. The keys just written are not
 # deleted (they are recent anyway; one statement must not change a row twice).
@@ -92,36 +155,90 @@ RECORD = (
 )
 
 
+@dataclass(slots=True)
+class ClaimPlan:
+    """What `reserve` left a claim: how many it may take of each limited queue (0 or left out: none), the
+    queues whose limits cut it (pickup.py), the reservation of each counted queue, a keyed queue's picks
+    (in rotation order), and when a rate limit has its next token (the engine claims again then)."""
+
+    skip: list[str]  # the queues the claim's unlimited part leaves alone (paused, capped and limited ones)
+    rooms: dict[str, int] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)
+    reservations: dict[str, int] = field(default_factory=dict)  # queue -> claim_reservations.id
+    picks: dict[str, list[Candidate]] = field(default_factory=dict)
+    wakes: list[float] = field(default_factory=list)
+
+
+async def reserve(c: Conn, waiting: list[str], asked: dict[str, int], offered: list[str], now: float,
+                  aging: float, skip: list[str]) -> ClaimPlan:  # fmt: skip
+    """Count, pick and reserve, for a claim of these limited queues with jobs queued (`asked`: how many
+    it would take of each), in the caller's transaction on `c`, which commits it at once."""
+    plan = ClaimPlan(skip)
+    await c.execute(LOCK_QUEUES, waiting)
+    buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
+    made: list[tuple[str, int, list[int] | None, list[str | None] | None]] = []
+    for r in await c.fetch(ROOMS, waiting, now):
+        name, paused, concurrency, rate, burst, tokens, at, kc, weights, fair, vtime, counted, unused, reserved = r
+        limits = QueueLimits(paused, concurrency, rate, burst, kc, loads(weights), fair)
+        bucket = Bucket(tokens, at).refund(limits, now, unused)
+        room = claim_room(limits, counted, bucket, now, asked[name])
+        if room < asked[name] and not paused:
+            plan.held.add(name)
+        picked: list[Candidate] | None = None
+        if room > 0 and limits.by_key:
+            claim = await pick(c, name, limits, vtime, offered, room, now, aging, list(reserved))
+            await record(c, claim, now)
+            picked = plan.picks[name] = claim.picked
+            room = len(picked)
+        plan.rooms[name] = room
+        if rate is not None:
+            buckets[name] = (limits, bucket.take(limits, now, room))
+        if room > 0 and (concurrency is not None or rate is not None or picked is not None):
+            if picked is None:
+                made.append((name, room, None, None))
+            else:
+                made.append((name, room, [p.id for p in picked], [p.concurrency_key for p in picked]))
+    names = sorted(buckets)
+    saved = (names, [buckets[q][1].tokens for q in names], [buckets[q][1].at for q in names])
+    for i, (name, room, ids, keys) in enumerate(made):
+        last = i == len(made) - 1
+        args = (name, room, ids, keys, now + RESERVED_FOR, *(saved if last else ()))
+        plan.reservations[name] = await c.fetchval(RESERVE_SAVING if last else RESERVE, *args)
+    if names and not made:
+        await c.execute(SAVE_BUCKETS, *saved)
+    plan.wakes = [t for limits, b in buckets.values() if (t := b.next_token_at(limits, now)) is not None]
+    return plan
+
+
 async def _walk(c: Conn, queue: str, limits: QueueLimits, running: dict[str, int], offered: list[str],
-                room: int, now: float) -> KeyedClaim | None:  # fmt: skip
+                room: int, now: float, reserved: list[int]) -> KeyedClaim | None:  # fmt: skip
     """A per-key limit without fair rotation: the queue's next `room` jobs in claim order (as an unlimited
     claim takes them), less those of full keys. None if that left room while more jobs wait: then each
-    key's head is read instead (the rows read here stay this claim's until it commits)."""
-    rows = await c.fetch(CLAIM_QUEUE, offered, [queue], room, now)
-    counts, picked, kept = dict(running), [], []
+    key's head is read instead."""
+    rows = await c.fetch(WALK, offered, [queue], room, now, reserved)
+    counts, picked = dict(running), []
     for r in rows:
         ck = r["concurrency_key"]
         if ck is not None and limits.key_concurrency is not None and counts.get(ck, 0) >= limits.key_concurrency:
             continue
         if ck is not None:
             counts[ck] = counts.get(ck, 0) + 1
-        picked.append(Candidate(r["id"], r["sort_key"], r["priority"], r["fairness_key"], ck))
-        kept.append(r)
+        picked.append(Candidate(*r))
     if len(picked) < room and len(rows) == room:
         return None
-    return KeyedClaim(queue, limits, Rotation(), picked, kept)
+    return KeyedClaim(queue, limits, Rotation(), picked, [])
 
 
-async def pick_rows(c: Conn, queue: str, limits: QueueLimits, vtime: float, offered: list[str], room: int,
-                    now: float, aging: float) -> KeyedClaim:  # fmt: skip
-    """Read (and lock) each key's next queued jobs and `pick` up to `room` of them: in a fair queue two
-    statements under the queue's lock, the keys with the rotation's shares, then every candidate whole."""
+async def pick(c: Conn, queue: str, limits: QueueLimits, vtime: float, offered: list[str], room: int,
+               now: float, aging: float, reserved: list[int]) -> KeyedClaim:  # fmt: skip
+    """Read each key's next queued jobs (those no open reservation holds) and `pick` up to `room` of them:
+    in a fair queue two statements, the keys with the rotation's shares, then every candidate."""
     col = "fairness_key" if limits.fair else "concurrency_key"
     keys_sql, heads_sql = SQL[col]
     running: dict[str, int] = {}
     if limits.key_concurrency is not None:
         running = {r[0]: int(r[1]) for r in await c.fetch(RUNNING_BY_KEY, queue)}
-    if not limits.fair and (walked := await _walk(c, queue, limits, running, offered, room, now)) is not None:
+    if not limits.fair and (walked := await _walk(c, queue, limits, running, offered, room, now, reserved)):
         return walked
     shares: dict[str, Share] = {}
     found = []
@@ -133,32 +250,26 @@ async def pick_rows(c: Conn, queue: str, limits: QueueLimits, vtime: float, offe
     rotation = Rotation(vtime, shares)
     keys, per = keys_to_read(found, limits, running, rotation, room)
     by_key: dict[str | None, list[tuple[int, float, int, str | None, str | None]]] = {}
-    whole: dict[int, asyncpg.Record] = {}
 
     async def read(keys: list[str], per: int, keyless: bool) -> None:
-        for r in await c.fetch(heads_sql, queue, offered, keys, per, [queue] if keyless else [], now):
-            by_key.setdefault(r[col], []).append((r["id"], r["sort_key"], r["priority"], r[_FAIR], r[_KEY]))
-            whole[r["id"]] = r
+        for r in await c.fetch(heads_sql, queue, offered, keys, per, [queue] if keyless else [], now, reserved):
+            by_key.setdefault(r[col], []).append(tuple(r))
 
     await read(keys, per, True)
     picking = KeyedPick(queue, room, limits, running, rotation, now, aging, by_key, per)
     while more := picking.step():  # the pick ran these dry while more of them wait: read further, pick again
-        # Rows read again are this claim's already (locked by it: SKIP LOCKED skips only other claims' rows).
         for n in sorted(set(more.values())):
             again = [k for k, m in more.items() if m == n]
             await read([k for k in again if k is not None], n, None in again)
-    claim = picking.claim
-    claim.rows = [whole[p.id] for p in claim.picked]
-    return claim
+    return picking.claim
 
 
-async def record(c: Conn, claim: KeyedClaim, claimed: set[int], now: float) -> None:
-    """After the claim: charge the fair rotation with the picks that were claimed (a claim cut by the
-    agent's slots starts fewer than it picked), and forget keys that are neither ahead nor recent."""
+async def record(c: Conn, claim: KeyedClaim, now: float) -> None:
+    """Charge the fair rotation with the picks (the reservation's jobs), and forget keys that are neither
+    ahead nor recent."""
     if not claim.limits.fair:
         return
-    started = [p for p in claim.picked if p.id in claimed]
-    changed = sorted(charge(claim.rotation, started, claim.limits, now))
+    changed = sorted(charge(claim.rotation, claim.picked, claim.limits, now))
     shares = claim.rotation.shares or {}
     await c.execute(
         RECORD, claim.queue, changed, [shares[k].served for k in changed], [shares[k].last_at for k in changed],

@@ -153,19 +153,14 @@ LIMITED_QUEUES = (
     "SELECT name FROM queues WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_concurrency IS NOT NULL "
     "OR fair"
 )
-# A per-queue advisory lock, held to commit, makes count-then-claim atomic across nodes, so a
-# concurrency limit holds cluster-wide. Taken in name order (the subquery's), so two claimers
-# that need the same queues cannot deadlock. QUEUE_ROOMS runs after it, in a new snapshot.
+# A per-queue advisory lock, held to the commit of a claim's reservation (core/store/_pg_flow.py), makes
+# count-then-reserve atomic across nodes, so every limit holds cluster-wide. Taken in name order (the
+# subquery's), so two claimers that need the same queues cannot deadlock. The counts run after it, in a
+# new snapshot.
 LOCK_QUEUES = (
     "SELECT pg_advisory_xact_lock(7242, hashtext(q)) FROM (SELECT q FROM unnest($1::text[]) AS q ORDER BY q) s"
 )
-QUEUE_ROOMS = (
-    "SELECT q.name, q.paused, q.concurrency, q.rate_limit, q.rate_burst, q.rate_tokens, q.rate_at, "
-    "q.key_concurrency, q.fairness_weights, q.fair, q.fair_vtime, "
-    "(SELECT count(*) FROM jobs j WHERE j.state = 'running' AND j.queue = q.name) "
-    "FROM queues q WHERE q.name = ANY($1::text[])"
-)
-# The rate buckets after a claim, written before its commit (still under the queues' advisory locks).
+# The rate buckets after a claim's reservation, written before its commit (under the queues' advisory locks).
 SAVE_BUCKETS = (
     "UPDATE queues AS q SET rate_tokens = v.tokens, rate_at = v.at "
     "FROM unnest($1::text[], $2::float8[], $3::float8[]) AS v(name, tokens, at) WHERE q.name = v.name"

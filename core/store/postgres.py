@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 import uuid
@@ -22,7 +23,7 @@ import asyncpg
 
 from core.config import masked_url
 from core.errors import JobDeckError, NotFound, Unavailable
-from core.flow import UNLIMITED, Bucket, KeyedClaim, QueueLimits, claim_room, merge_keys
+from core.flow import UNLIMITED, Bucket, QueueLimits, merge_keys
 from core.model import Job, Policy, decide_cancel, decide_claim, decide_promote, decide_start_buffered, utcnow
 from core.schedule import FirePlan, Run, Schedule, run_to_release, schedule_to_dict
 from core.store import _pg_deps as deps_sql
@@ -108,6 +109,9 @@ POOL_SIZE = 8
 CONNECT_TIMEOUT = 10.0
 READ_RETRY_FOR = 5.0  # seconds a read waits for the database to come back
 LIMITS_FRESH_FOR = 1.0  # seconds a claim trusts the list of limited queues it read
+# A claim's reservation commits without waiting for the disk (its claim's own commit, later in the log,
+# does), and with sorting priced out as in the claim (see _pg_sql.INDEX_ORDER_ONLY); one round trip.
+BEGIN_RESERVE = "BEGIN; SET LOCAL synchronous_commit = off; SET LOCAL enable_sort = off; SET LOCAL jit = off"
 
 
 # Every transaction that inserts an audit row holds this advisory lock (shared) from just before
@@ -120,6 +124,11 @@ INSERT_AUDIT = (
     f"INSERT INTO audit_log ({', '.join(audit.COLUMNS)}) "
     f"VALUES ({', '.join(f'${i + 1}' for i in range(len(audit.COLUMNS)))})"
 )
+
+
+def _offered(req: ClaimRequest) -> list[str]:
+    """The agent's labels as 'k=v' strings (a job needing labels goes only to an agent with all)."""
+    return [f"{k}={v}" for k, v in sorted(req.labels.items())]
 
 
 async def _runs_at(c: Any, schedule_id: int, fire_times: Sequence[float]) -> dict[float, tuple[int, str]]:
@@ -618,66 +627,87 @@ class PostgresStore(
         """Take up to `req.limit` queued jobs in claim order for one agent, leasing them.
 
         The queues table counts as well as the request: a queue paused through another node
-        is left alone at once, and a concurrency limit holds across nodes (see LOCK_QUEUES).
+        is left alone at once, and every limit holds across nodes. A claim of limited queues
+        first reserves what it may take of them, in a short transaction of its own under their
+        locks (`reserve_claim`), then takes it beside other nodes' claims (`claim_reserved`).
         Limited queues this node does not know of yet (its list is at most a second old) are
         left alone too, never over-claimed."""
-        offered = [f"{k}={v}" for k, v in sorted(req.labels.items())]
+        return await self.claim_reserved(req, await self.reserve_claim(req, now), now)
 
-        def takeable(q: str) -> bool:
-            return q not in req.paused and (req.queues is None or q in req.queues)
+    async def reserve_claim(self, req: ClaimRequest, now: float) -> flow_sql.ClaimPlan:
+        """The first part of a claim: what it may take of each limited queue, reserved and committed
+        (core/store/_pg_flow.py `reserve`)."""
+        if time.monotonic() - self._limited_at > LIMITS_FRESH_FOR:
+            self._limited = frozenset(r[0] for r in await self._fetch(sql.LIMITED_QUEUES))
+            self._limited_at = time.monotonic()
+        capped = sorted(q for q in set(req.caps) | self._limited if q not in req.paused
+                        and (req.queues is None or q in req.queues))  # fmt: skip
+        skip = sorted(set(req.paused) | set(req.caps) | set(capped))  # the unlimited part of the claim leaves these
+        if not capped:
+            return flow_sql.ClaimPlan(skip=skip)
+        asked = {q: min(req.limit, req.caps.get(q, req.limit)) for q in capped}
+        offered, aging = _offered(req), self.policy.aging_seconds_per_priority
+
+        async def op(c: Conn) -> flow_sql.ClaimPlan:
+            # Only the limited queues with a job queued are locked and counted (one left out is in `skip`:
+            # taken nothing of). The check is a read of its own: most claims of a node with limits anywhere
+            # find nothing queued in them, and need no transaction.
+            if not (waiting := [r[0] for r in await c.fetch(sql.WAITING_QUEUES, capped)]):
+                return flow_sql.ClaimPlan(skip)
+            for attempt in itertools.count(1):
+                await c.execute(BEGIN_RESERVE)
+                try:
+                    plan = await flow_sql.reserve(c, waiting, asked, offered, now, aging, skip)
+                    await c.execute("COMMIT")
+                    return plan
+                except BaseException as exc:
+                    with contextlib.suppress(Exception):
+                        await c.execute("ROLLBACK")
+                    if not isinstance(exc, asyncpg.TransactionRollbackError) or attempt >= 3:
+                        raise  # a deadlock with a claim (it waited on a row) is tried again
+            raise AssertionError("unreachable")
+
+        return await self._read(op)
+
+    async def claim_reserved(self, req: ClaimRequest, plan: flow_sql.ClaimPlan, now: float) -> list[Job]:
+        """The second part of a claim, in the writer's transaction: the next jobs of the unlimited queues
+        and what `plan` reserved of the limited ones (a reservation taken back, because it outlived
+        RESERVED_FOR, is taken nothing of: its room went to other claims), each reservation then marked
+        used in the same commit as its jobs start running."""
+        offered = _offered(req)
+        held = set(req.held) | plan.held  # queues whose limits cut this claim short (pickup.py)
 
         async def op(tx: PgTx) -> list[Job]:
             c = tx.conn
-            if time.monotonic() - self._limited_at > LIMITS_FRESH_FOR:
-                self._limited = frozenset(r[0] for r in await c.fetch(sql.LIMITED_QUEUES))
-                self._limited_at = time.monotonic()
-            capped = sorted(q for q in set(req.caps) | self._limited if takeable(q))
-            buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
-            by_key: dict[str, tuple[QueueLimits, float]] = {}
-            held = set(req.held)  # queues whose limits cut this claim short (pickup.py)
-            skip = sorted(set(req.paused) | set(req.caps) | set(capped))
+            open_ = set(plan.reservations.values())
+            if open_:  # locked: no other claim's fold takes one back while this one commits
+                open_ = {r[0] for r in await c.fetch(flow_sql.LOCK_RESERVATIONS, sorted(open_))}
             rows: list[asyncpg.Record] = []
-            keyed: list[KeyedClaim] = []
-            rooms: dict[str, int] = {}
+            keyed: list[tuple[tuple[float, int], asyncpg.Record]] = []
             await c.execute(sql.INDEX_ORDER_ONLY)
             try:
-                # Only the limited queues with a job queued are locked (to commit) and counted: every
-                # node's claims took the lock of every limited queue, so one empty limited queue made
-                # all claims of all queues take turns. One left out stays in `skip`, never taken unlocked.
-                if capped and (waiting := [r[0] for r in await c.fetch(sql.WAITING_QUEUES, capped)]):
-                    await c.execute(sql.LOCK_QUEUES, waiting)
-                    rooms = {q: min(req.limit, req.caps.get(q, req.limit)) for q in waiting}
-                    for r in await c.fetch(sql.QUEUE_ROOMS, waiting):
-                        name, paused, concurrency, rate, burst, tokens, at, kc, weights, fair, vtime, running = r
-                        limits = QueueLimits(paused, concurrency, rate, burst, kc, sql.loads(weights), fair)
-                        room = claim_room(limits, running, Bucket(tokens, at), now, rooms[name])
-                        if room < rooms[name] and not paused:
-                            held.add(name)
-                        rooms[name] = room
-                        if rate is not None:
-                            buckets[name] = (limits, Bucket(tokens, at))
-                        if limits.by_key:
-                            by_key[name] = (limits, vtime)
                 if req.queues is None:
-                    rows = await c.fetch(sql.CLAIM_ANY, offered, skip, req.limit, now)
-                elif allowed := sorted(req.queues - set(skip)):
+                    rows = await c.fetch(sql.CLAIM_ANY, offered, plan.skip, req.limit, now)
+                elif allowed := sorted(req.queues - set(plan.skip)):
                     rows = await c.fetch(sql.CLAIM_IN, offered, allowed, req.limit, now)
-                for q, room in rooms.items():
-                    if room > 0 and q in by_key:
-                        limits, vtime = by_key[q]
-                        aging = self.policy.aging_seconds_per_priority
-                        keyed.append(await flow_sql.pick_rows(c, q, limits, vtime, offered, room, now, aging))
-                    elif room > 0:
+                for q, room in plan.rooms.items():
+                    rid = plan.reservations.get(q)
+                    if room <= 0 or (rid is not None and rid not in open_):
+                        continue
+                    if (picked := plan.picks.get(q)) is not None:  # picks keep their rotation's order (merge_keys)
+                        got = {r["id"]: r for r in await c.fetch(flow_sql.CLAIM_PICKED, [p.id for p in picked])}
+                        keyed += [(mk, got[p.id]) for mk, p in zip(merge_keys(picked), picked, strict=True)
+                                  if p.id in got]  # fmt: skip
+                    else:
                         rows += await c.fetch(sql.CLAIM_QUEUE, offered, [q], room, now)
             finally:
                 await c.execute(sql.INDEX_ORDER_ONLY_END)
-            if keyed:  # picks keep their rotation's order in the merge (core.flow.merge_keys)
-                ordered = [((r[5], r[0]), r) for r in rows]
-                ordered += [kr for k in keyed for kr in zip(merge_keys(k.picked), k.rows, strict=True)]
+            if keyed:
+                ordered = [((r[5], r[0]), r) for r in rows] + keyed
                 ordered.sort(key=lambda kr: kr[0])
                 rows = [r for _, r in ordered]
             jobs = sql.to_jobs(rows)
-            if rooms:
+            if plan.rooms:
                 if not keyed:
                     jobs.sort(key=lambda j: (j.sort_key, j.id))
                 del jobs[req.limit :]  # the rows cut here stay locked until commit; others skip them meanwhile
@@ -686,20 +716,22 @@ class PostgresStore(
             await applier.flush()
             if self.record_pickup:
                 await pickup_sql.pg_record(c, self._node, claimed, held, now)
-            if keyed:
-                ids = {j.id for j in claimed}
-                for k in keyed:
-                    await flow_sql.record(c, k, ids, now)
-            if buckets:
+            if open_:  # the reservations stop counting as their jobs start running: in this commit
                 started = Counter(j.queue for j in claimed)
-                after = {q: b.take(limits, now, started[q]) for q, (limits, b) in buckets.items()}
-                names = sorted(after)
-                await c.execute(sql.SAVE_BUCKETS, names, [after[q].tokens for q in names], [after[q].at for q in names])
-                for q, b in after.items():
-                    req.note_wake(b.next_token_at(buckets[q][0], now))
+                used = {rid: started[q] for q, rid in plan.reservations.items() if rid in open_}
+                await c.execute(flow_sql.USED, list(used), list(used.values()))
             return claimed
 
-        return await self._write(op)
+        try:
+            claimed = await self._write(op)
+        except BaseException:
+            if plan.reservations:  # given back now, not after RESERVED_FOR (one that committed is used already)
+                with contextlib.suppress(Exception):
+                    await self._read(lambda c: c.execute(flow_sql.RELEASE, list(plan.reservations.values())))
+            raise
+        for wake in plan.wakes:
+            req.note_wake(wake)
+        return claimed
 
     async def extend_leases(
         self, agent: str, job_attempts: Sequence[tuple[int, int]], until: float

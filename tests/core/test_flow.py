@@ -85,6 +85,33 @@ def test_starts_never_exceed_rate_times_time_plus_burst(
         assert started <= burst + rate * now + 1e-6, (started, burst, rate, now)
 
 
+@given(
+    rate=st.floats(0.01, 1000.0),
+    burst=st.integers(1, 100),
+    steps=st.lists(st.tuples(st.floats(0.0, 5.0), st.integers(0, 200), st.integers(0, 200)), min_size=1, max_size=50),
+)
+def test_reserving_and_refunding_what_a_claim_did_not_start_never_lets_more_start_than_the_rate(
+    rate: float, burst: int, steps: list[tuple[float, int, int]]
+) -> None:
+    """A claim takes its room from the bucket (its reservation), starts fewer, and the next claim gives the
+    unused part back: the starts stay within burst + rate * elapsed, and the bucket never holds more than
+    the burst (the unused tokens come back, never more)."""
+    lim = QueueLimits(rate_limit=rate, rate_burst=burst)
+    b, now, started, unused = FULL, 0.0, 0, 0
+    for gap, asked, found in steps:
+        now += gap
+        b = b.refund(lim, now, unused)
+        assert b.level(lim, now) <= burst + 1e-9
+        n = claim_room(lim, 0, b, now, asked)
+        b = b.take(lim, now, n)
+        took = min(n, found)  # the claim found fewer jobs than it reserved room for
+        started += took
+        unused = n - took
+        assert started <= burst + rate * now + 1e-6, (started, burst, rate, now)
+    refunded = FULL.take(lim, 0.0, burst).refund(lim, 0.0, burst)
+    assert refunded.room(lim, 0.0) == burst, "nothing started: every token is back"
+
+
 def _cands(key: str | None, n: int, start: float = 0.0, ck: str | None = None, priority: int = 0) -> list[Candidate]:
     return [Candidate(int(start * 1000) + i, start + i, priority, key, ck if ck else key) for i in range(n)]
 

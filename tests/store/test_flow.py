@@ -157,6 +157,96 @@ async def test_two_nodes_keep_a_per_key_limit_between_them(kit: StoreKit) -> Non
     assert per_key == {"A": 3, "B": 3, "C": 3}, f"limit 3 per key across nodes, got {dict(per_key)}"
 
 
+@two_nodes
+async def test_racing_claims_of_two_nodes_never_pass_a_per_key_or_a_queue_limit(kit: StoreKit) -> None:
+    """Eight claims at once, four on each node (each its own connection), round after round: each key and
+    the queue are filled to their limits, never past them. Without the queues' lock the claims count
+    together and each takes the room they all saw."""
+    other = await kit.another()
+    t0 = utcnow()
+    await submit(kit.store, *({"queue": "cust", "concurrency_key": k} for k in "ABCD" * 30), now=t0)
+    await submit(kit.store, *({"queue": "api"} for _ in range(100)), now=t0)
+    await kit.store.update_queue("cust", {"key_concurrency": 2}, t0)
+    await kit.store.update_queue("api", {"concurrency": 7}, t0)
+    for round_ in range(4):
+        now = t0 + round_
+        got = await asyncio.gather(*(st.claim_jobs(claim(n, limit=5), now) for st, n in
+                                     [(kit.store, "n1"), (other, "n2")] * 4))  # fmt: skip
+        jobs = [j for batch in got for j in batch]
+        per_key = Counter(j.concurrency_key for j in jobs if j.queue == "cust")
+        assert per_key == {"A": 2, "B": 2, "C": 2, "D": 2}, f"round {round_}: limit 2 a key, got {dict(per_key)}"
+        assert sum(j.queue == "api" for j in jobs) == 7, (
+            f"round {round_}: limit 7 in api, got {Counter(j.queue for j in jobs)}"
+        )
+        await finish(kit.store, jobs, now)
+
+
+@two_nodes
+async def test_a_reservation_a_dead_node_left_holds_its_room_until_it_expires(kit: StoreKit) -> None:
+    """Node 1 reserved api's room (its claim's first transaction) and died before its claim: the room
+    stays taken (never over the limit) until the reservation expires, then node 2 gets it."""
+    from core.flow import RESERVED_FOR
+
+    dying = await kit.another()
+    t0 = utcnow()
+    await submit(kit.store, *({"queue": "api"} for _ in range(10)), now=t0)
+    await kit.store.update_queue("api", {"concurrency": 4}, t0)
+    plan = await dying.reserve_claim(claim("n1", limit=10), t0)
+    assert plan.rooms == {"api": 4}, plan
+    await dying.close()  # its pool goes: the claim never comes
+    assert await kit.store.claim_jobs(claim("n2"), t0 + 1) == [], "the dead node's reservation still counts"
+    got = await kit.store.claim_jobs(claim("n2"), t0 + RESERVED_FOR + 1)
+    assert len(got) == 4, "its reservation expired: the room is back"
+    assert await kit.store.claim_jobs(claim("n2"), t0 + RESERVED_FOR + 2) == [], "4 running: at the limit"
+
+
+@two_nodes
+async def test_a_claim_whose_reservation_expired_and_was_taken_back_starts_none_of_it(kit: StoreKit) -> None:
+    """Node 1 stalls between its reservation and its claim past the expiry; node 2 takes the room back
+    and fills it. When node 1's claim runs at last, it takes nothing of that queue (else 8 would run)."""
+    from core.flow import RESERVED_FOR
+
+    slow = await kit.another()
+    t0 = utcnow()
+    await submit(kit.store, *({"queue": "api"} for _ in range(10)), {"queue": "free"}, now=t0)
+    await kit.store.update_queue("api", {"concurrency": 4}, t0)
+    req = claim("n1", limit=10)
+    plan = await slow.reserve_claim(req, t0)
+    late = t0 + RESERVED_FOR + 1
+    assert len(await kit.store.claim_jobs(claim("n2", queues=frozenset({"api"})), late)) == 4
+    got = await slow.claim_reserved(req, plan, late)
+    assert [j.queue for j in got] == ["free"], "the stalled claim took nothing of api, whose room went to node 2"
+    [api] = [q for q in await kit.store.list_queues() if q["name"] == "api"]
+    assert api["running"] == 4, api
+
+
+async def test_a_claim_that_takes_less_than_its_room_leaves_the_rest_of_the_rate_to_the_next(kit: StoreKit) -> None:
+    """A rate-limited claim reserves the bucket's tokens (PostgreSQL) but finds 2 jobs: the 3 it did not
+    use go back to the bucket, so the next claim at the same moment starts 3 (burst 5)."""
+    s, t0 = kit.store, utcnow()
+    await submit(s, {"queue": "mail"}, {"queue": "mail"}, now=t0)
+    await s.update_queue("mail", {"rate_limit": 1.0, "rate_burst": 5}, t0)
+    assert len(await s.claim_jobs(claim(), t0)) == 2
+    await submit(s, *({"queue": "mail"} for _ in range(5)), now=t0)
+    assert len(await s.claim_jobs(claim(), t0)) == 3, "5 tokens, 2 used: 3 left"
+    assert await s.claim_jobs(claim(), t0) == []
+
+
+@two_nodes
+async def test_two_nodes_claiming_a_fair_queue_at_once_take_different_jobs_and_fill_their_claims(kit: StoreKit) -> None:
+    """A fair claim reserves the jobs it picked: the other node's pick, a moment later, passes over them
+    (it would otherwise pick the same heads and find them taken by the first claim)."""
+    other = await kit.another()
+    t0 = utcnow()
+    await submit(kit.store, *({"queue": "t", "fairness_key": k} for k in "AB" * 40), now=t0)
+    got = await asyncio.gather(*(st.claim_jobs(claim(n, limit=10), t0) for st, n in
+                                 [(kit.store, "n1"), (other, "n2")] * 3))  # fmt: skip
+    assert [len(b) for b in got] == [10] * 6, [len(b) for b in got]
+    ids = [j.id for b in got for j in b]
+    assert len(set(ids)) == 60
+    assert Counter(j.fairness_key for b in got for j in b) == {"A": 30, "B": 30}
+
+
 # ------------------------------------------------------------------ fair share
 
 

@@ -62,7 +62,7 @@ QUERIES: list[tuple[str, str, tuple[Any, ...], str | tuple[str, ...]]] = [
     (
         "claim: a fair queue's candidates",
         flow_sql.SQL["fairness_key"][1],
-        ("q3", [], ["a", "b"], 4, ["q3"], NOW),
+        ("q3", [], ["a", "b"], 4, ["q3"], NOW, []),
         "jobs_claim_queue",
     ),
     ("promote: due scheduled and failed jobs", sql.PROMOTE_DUE, (NOW, 1000), "jobs_due"),
