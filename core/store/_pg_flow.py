@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import orjson
+
 from core.flow import (
     CANDIDATE_COLUMNS,
     FORGET_AFTER,
@@ -99,19 +101,12 @@ WALK = (
     "AND (labels = '' OR string_to_array(labels, ',') <@ $1::text[]) AND queue = ANY($2::text[]) "
     "AND id <> ALL($5::bigint[]) ORDER BY queue, sort_key, id LIMIT $3"
 )
-# Running jobs per key and the keys of the open reservations' picks, in one snapshot: a claim that
-# commits between two statements would count in neither.
-RUNNING_BY_KEY = (
-    "SELECT k, sum(n)::int FROM (SELECT concurrency_key AS k, count(*) AS n FROM jobs WHERE state = 'running' "
-    "AND concurrency_key IS NOT NULL AND queue = $1 GROUP BY 1 UNION ALL SELECT k, count(*) FROM "
-    "claim_reservations AS r CROSS JOIN LATERAL unnest(r.keys) AS k WHERE r.queue = $1 AND r.used IS NULL "
-    "AND k IS NOT NULL GROUP BY 1) AS s GROUP BY k"
-)
 # Under the queues' locks, in one statement (one snapshot: a claim that commits between two statements
 # would count in neither): reservations done with deleted (used: their claims committed; or open past
 # their expiry, a dead node's, unless its claim is committing right now and holds it), and each queue's
-# limits with what holds them: running jobs plus the starts of the reservations still open; the unused
-# starts of those just deleted (back to the bucket); and the jobs open reservations picked.
+# limits with what holds them: running jobs plus the starts of the reservations still open (and, with a
+# per-key limit, the same per key, as JSON); the unused starts of those just deleted (back to the
+# bucket); and the jobs open reservations picked.
 ROOMS = (
     "WITH f AS (DELETE FROM claim_reservations WHERE id IN (SELECT id FROM claim_reservations WHERE queue = "
     "ANY($1::text[]) AND (used IS NOT NULL OR expires_at < $2) FOR UPDATE SKIP LOCKED) "
@@ -123,7 +118,11 @@ ROOMS = (
     "(SELECT count(*) FROM jobs j WHERE j.state = 'running' AND j.queue = q.name) "
     "+ (SELECT coalesce(sum(r.jobs), 0) FROM r WHERE r.queue = q.name), "
     "(SELECT coalesce(sum(f.unused), 0) FROM f WHERE f.queue = q.name), "
-    "(SELECT coalesce(array_agg(i), '{}') FROM r CROSS JOIN LATERAL unnest(r.ids) AS i WHERE r.queue = q.name) "
+    "(SELECT coalesce(array_agg(i), '{}') FROM r CROSS JOIN LATERAL unnest(r.ids) AS i WHERE r.queue = q.name), "
+    "CASE WHEN q.key_concurrency IS NOT NULL THEN (SELECT json_object_agg(k, n) FROM (SELECT k, sum(n) AS n FROM "
+    "(SELECT concurrency_key AS k, count(*) AS n FROM jobs WHERE state = 'running' AND concurrency_key IS NOT NULL "
+    "AND queue = q.name GROUP BY 1 UNION ALL SELECT k, count(*) FROM r CROSS JOIN LATERAL unnest(r.keys) AS k "
+    "WHERE r.queue = q.name AND k IS NOT NULL GROUP BY 1) AS s GROUP BY k) AS t) END "
     "FROM queues q WHERE q.name = ANY($1::text[])"
 )
 RESERVE = "INSERT INTO claim_reservations (queue, jobs, ids, keys, expires_at) VALUES ($1, $2, $3, $4, $5) RETURNING id"
@@ -178,7 +177,23 @@ async def reserve(c: Conn, waiting: list[str], asked: dict[str, int], offered: l
     buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
     made: list[tuple[str, int, list[int] | None, list[str | None] | None]] = []
     for r in await c.fetch(ROOMS, waiting, now):
-        name, paused, concurrency, rate, burst, tokens, at, kc, weights, fair, vtime, counted, unused, reserved = r
+        (
+            name,
+            paused,
+            concurrency,
+            rate,
+            burst,
+            tokens,
+            at,
+            kc,
+            weights,
+            fair,
+            vtime,
+            counted,
+            unused,
+            reserved,
+            by_key,
+        ) = r
         limits = QueueLimits(paused, concurrency, rate, burst, kc, loads(weights), fair)
         bucket = Bucket(tokens, at).refund(limits, now, unused)
         room = claim_room(limits, counted, bucket, now, asked[name])
@@ -186,7 +201,8 @@ async def reserve(c: Conn, waiting: list[str], asked: dict[str, int], offered: l
             plan.held.add(name)
         picked: list[Candidate] | None = None
         if room > 0 and limits.by_key:
-            claim = await pick(c, name, limits, vtime, offered, room, now, aging, list(reserved))
+            running = {k: int(n) for k, n in orjson.loads(by_key).items()} if by_key else {}
+            claim = await pick(c, name, limits, vtime, offered, room, now, aging, list(reserved), running)
             await record(c, claim, now)
             picked = plan.picks[name] = claim.picked
             room = len(picked)
@@ -230,14 +246,12 @@ async def _walk(c: Conn, queue: str, limits: QueueLimits, running: dict[str, int
 
 
 async def pick(c: Conn, queue: str, limits: QueueLimits, vtime: float, offered: list[str], room: int,
-               now: float, aging: float, reserved: list[int]) -> KeyedClaim:  # fmt: skip
-    """Read each key's next queued jobs (those no open reservation holds) and `pick` up to `room` of them:
+               now: float, aging: float, reserved: list[int], running: dict[str, int]) -> KeyedClaim:  # fmt: skip
+    """Read each key's next queued jobs (those no open reservation holds) and `pick` up to `room` of them
+    (`running`: each concurrency key's running jobs and reserved starts):
     in a fair queue two statements, the keys with the rotation's shares, then every candidate."""
     col = "fairness_key" if limits.fair else "concurrency_key"
     keys_sql, heads_sql = SQL[col]
-    running: dict[str, int] = {}
-    if limits.key_concurrency is not None:
-        running = {r[0]: int(r[1]) for r in await c.fetch(RUNNING_BY_KEY, queue)}
     if not limits.fair and (walked := await _walk(c, queue, limits, running, offered, room, now, reserved)):
         return walked
     shares: dict[str, Share] = {}
@@ -266,7 +280,8 @@ async def pick(c: Conn, queue: str, limits: QueueLimits, vtime: float, offered: 
 
 async def record(c: Conn, claim: KeyedClaim, now: float) -> None:
     """Charge the fair rotation with the picks (the reservation's jobs), and forget keys that are neither
-    ahead nor recent."""
+    ahead nor recent. A pick the claim then leaves (cut by the agent's slots, or cancelled meanwhile)
+    stays charged: its key waits that much longer for its next turn."""
     if not claim.limits.fair:
         return
     changed = sorted(charge(claim.rotation, claim.picked, claim.limits, now))

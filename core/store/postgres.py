@@ -158,6 +158,8 @@ class PostgresStore(
         self._job_id_seq = "jobs_id_seq"
         self._limited: frozenset[str] = frozenset()  # queues with a concurrency limit, as last read
         self._limited_at = float("-inf")
+        self._reserving = 0  # claims reserving now (release_writes waits for them to queue their claims)
+        self._release_asked = False
         self._node = uuid.uuid4().hex[:12]  # this store's own rows of the pick-up history
         self.schema_version = 0
 
@@ -207,8 +209,10 @@ class PostgresStore(
         return True
 
     def release_writes(self) -> None:
-        """Start the writes held since `hold_writes`, in one transaction."""
-        if self._writer is not None:
+        """Start the writes held since `hold_writes`, in one transaction (once a claim reserving now has
+        queued its own: see claim_jobs)."""
+        self._release_asked = bool(self._reserving)
+        if self._writer is not None and not self._release_asked:
             self._writer.release()
 
     def observe_commits(self, observe: Callable[[float], None]) -> None:
@@ -632,7 +636,17 @@ class PostgresStore(
         locks (`reserve_claim`), then takes it beside other nodes' claims (`claim_reserved`).
         Limited queues this node does not know of yet (its list is at most a second old) are
         left alone too, never over-claimed."""
-        return await self.claim_reserved(req, await self.reserve_claim(req, now), now)
+        # Writes the engine holds for this claim (Engine.pair_with_claim: the results that freed the
+        # slots) stay held while it reserves, so they still share the claim's commit.
+        self._reserving += 1
+        try:
+            plan = await self.reserve_claim(req, now)
+            claiming = self._queue_claim(req, plan, now)
+        finally:
+            self._reserving -= 1
+            if not self._reserving and self._release_asked:
+                self.release_writes()
+        return await self._claimed(claiming, req, plan)
 
     async def reserve_claim(self, req: ClaimRequest, now: float) -> flow_sql.ClaimPlan:
         """The first part of a claim: what it may take of each limited queue, reserved and committed
@@ -674,6 +688,9 @@ class PostgresStore(
         and what `plan` reserved of the limited ones (a reservation taken back, because it outlived
         RESERVED_FOR, is taken nothing of: its room went to other claims), each reservation then marked
         used in the same commit as its jobs start running."""
+        return await self._claimed(self._queue_claim(req, plan, now), req, plan)
+
+    def _queue_claim(self, req: ClaimRequest, plan: flow_sql.ClaimPlan, now: float) -> asyncio.Future[list[Job]]:
         offered = _offered(req)
         held = set(req.held) | plan.held  # queues whose limits cut this claim short (pickup.py)
 
@@ -722,8 +739,13 @@ class PostgresStore(
                 await c.execute(flow_sql.USED, list(used), list(used.values()))
             return claimed
 
+        return self._write(op)
+
+    async def _claimed(
+        self, claiming: asyncio.Future[list[Job]], req: ClaimRequest, plan: flow_sql.ClaimPlan
+    ) -> list[Job]:
         try:
-            claimed = await self._write(op)
+            claimed = await claiming
         except BaseException:
             if plan.reservations:  # given back now, not after RESERVED_FOR (one that committed is used already)
                 with contextlib.suppress(Exception):

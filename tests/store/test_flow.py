@@ -220,6 +220,28 @@ async def test_a_claim_whose_reservation_expired_and_was_taken_back_starts_none_
     assert api["running"] == 4, api
 
 
+@two_nodes
+async def test_results_held_for_a_claim_of_a_limited_queue_still_share_its_commit(kit: StoreKit) -> None:
+    """The engine holds the results that freed an agent's slots until the claim that fills them is
+    queued (Engine.pair_with_claim), and lets them go as the claim starts: one commit for both. A
+    limited queue's claim reserves first (a transaction of its own); the results wait for it."""
+    commits: list[list[str]] = []
+    s = await kit.another(on_commit=lambda events: commits.append(sorted({e.type for e in events})))
+    t0 = utcnow()
+    await submit(s, {"queue": "other"}, {"queue": "api"}, now=t0)
+    await s.update_queue("api", {"concurrency": 5}, t0)
+    [first] = await s.claim_jobs(claim(queues=frozenset({"other"})), t0)
+    commits.clear()
+    assert s.hold_writes()
+    finishing = asyncio.ensure_future(finish(s, [first], t0))
+    await asyncio.sleep(0)  # its write is queued, held
+    asyncio.get_running_loop().call_soon(s.release_writes)  # as Engine._dispatch_round does
+    got = await s.claim_jobs(claim(), t0)
+    await finishing
+    assert [j.queue for j in got] == ["api"]
+    assert len(commits) == 1 and {"job.succeeded", "job.running"} <= set(commits[0]), commits
+
+
 async def test_a_claim_that_takes_less_than_its_room_leaves_the_rest_of_the_rate_to_the_next(kit: StoreKit) -> None:
     """A rate-limited claim reserves the bucket's tokens (PostgreSQL) but finds 2 jobs: the 3 it did not
     use go back to the bucket, so the next claim at the same moment starts 3 (burst 5)."""
