@@ -159,7 +159,7 @@ async def vacuum_after_load(url: str) -> float:
         t = time.perf_counter()
         for table in ("jobs", "job_tags"):
             await conn.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
-        await conn.execute("VACUUM (ANALYZE) jobs, job_tags, events")
+        await conn.execute("VACUUM (ANALYZE) jobs, job_tags, job_search, events")
         return time.perf_counter() - t
     finally:
         await conn.close()

@@ -14,6 +14,7 @@ import asyncpg
 
 from core.errors import NotFound
 from core.model import Job
+from core.store import _pg_search as search_index
 from core.store import _pg_sql as sql
 from core.store._pg_counts import job_counts
 from core.store.base import (
@@ -30,7 +31,7 @@ from core.store.base import (
     queue_view,
     stats_view,
 )
-from core.store.listing import JobOrder, order_sql, search_sql
+from core.store.listing import JobOrder, order_sql, search_pattern, search_sql, searched_id
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -116,6 +117,8 @@ def _range_of(column: str, v: str, order: JobOrder, arg: Callable[[Any], str]) -
 async def _list_rows(c: Conn, select: str, flt: JobFilter, order: JobOrder, limit: int) -> list[asyncpg.Record]:
     only = {k for k in ("states", "queue", "name_prefix", "tag", "created_after", "created_before", "schedule_id",
                         "queue_patterns", "search") if getattr(flt, k) not in (None, (), "")}  # fmt: skip
+    if order.by_id and flt.search and search_index.indexed(flt.search):
+        return await _searched(c, select, flt, order, limit)
     if order.by_id and (only == {"queue"} or (only == {"states"} and len(flt.states) == 1)):
         params: list[Any] = []
         column, value = ("queue", flt.queue) if flt.queue is not None else ("state", flt.states[0])
@@ -149,6 +152,26 @@ async def _list_rows(c: Conn, select: str, flt: JobFilter, order: JobOrder, limi
     filters = f" WHERE {' AND '.join(where)}" if where else ""
     query = f"{select}{filters} ORDER BY {by} LIMIT {arg(limit)}"
     return list(await c.fetch(query, *params))
+
+
+async def _searched(c: Conn, select: str, flt: JobFilter, order: JobOrder, limit: int) -> list[asyncpg.Record]:
+    """A page in id order of a search: job_search's candidates, block by block (core/store/_pg_search.py),
+    and the job whose id the text is, if any (its text need not hold its id)."""
+    text = flt.search or ""
+    params: list[Any] = []
+    arg = _numbered(params)
+    where = _job_where(flt, arg)
+    after = None if order.after is None else int(order.after[1])
+    rows = await search_index.search_rows(c, select, where, params, arg, text, order.descending, after, limit)
+    if (job_id := searched_id(text)) is not None and job_id not in {r[0] for r in rows}:
+        params = []
+        arg = _numbered(params)
+        where = [f"id = {arg(job_id)}", *_job_where(flt, arg)]
+        if after is not None:
+            where.append(f"id {'<' if order.descending else '>'} {arg(after)}")
+        rows += await c.fetch(f"{select} WHERE {' AND '.join(where)}", *params)
+        rows.sort(key=lambda r: r[0], reverse=order.descending)
+    return rows[:limit]
 
 
 async def _by_values(
@@ -185,7 +208,10 @@ async def count_jobs(c: Conn, flt: JobFilter, budget_ms: int = COUNT_BUDGET_MS) 
             terms.append(f"queue = ${len(params)}")
         clause = f" WHERE {' AND '.join(terms)}" if terms else ""
         return int(await c.fetchval(f"SELECT coalesce(sum(n), 0) FROM job_counts{clause}", *params)), True
-    where = _job_where(flt, _numbered(params))
+    arg = _numbered(params)
+    where = _job_where(flt, arg)
+    if flt.search and searched_id(flt.search) is None and search_index.indexed(flt.search):
+        where.append(f"id IN ({search_index.candidates(arg(search_pattern(flt.search)))})")  # the index's candidates
     matching = "FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
     if flt.tag is not None and flt == JobFilter(tag=flt.tag):  # the tag's key range alone (an index-only scan)
         params, matching = [flt.tag], "FROM job_tags WHERE tag = $1"

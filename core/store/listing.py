@@ -97,10 +97,21 @@ def order_sql(order: JobOrder, arg: Callable[[Any], str]) -> tuple[str | None, s
 
 def search_sql(text: str, arg: Callable[[Any], str], *, like: str, task: str, tags: str) -> str:
     """A condition matching jobs whose id is `text`, or whose name, task (command, URL, function,
-    args, kwargs, env) or tags contain it, case-insensitively. It scans: a search reads every row
-    its other filters leave (about 2 s per million jobs on SQLite here: narrow it with a state or queue)."""
-    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    args, kwargs, env) or tags contain it, case-insensitively. Alone it scans; each store's text index
+    (job_search) finds a search's candidates, and this checks them."""
+    pattern = search_pattern(text)
     # one parameter per use, in the order they appear: SQLite's ? placeholders are positional
-    parts = [f"id = {arg(int(text.strip()))}"] if text.strip().isdigit() and len(text.strip()) < 19 else []
+    parts = [f"id = {arg(job_id)}"] if (job_id := searched_id(text)) is not None else []
     parts += [f"{column} {like} {arg(pattern)} ESCAPE '\\'" for column in ("name", task, tags)]
     return "(" + " OR ".join(parts) + ")"
+
+
+def searched_id(text: str) -> int | None:
+    """The job id a search's text also names (search_sql matches it), else None."""
+    text = text.strip()
+    return int(text) if text.isdigit() and len(text) < 19 else None
+
+
+def search_pattern(text: str) -> str:
+    """The LIKE pattern of a search: `text` anywhere, its wildcards and the escape taken literally."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

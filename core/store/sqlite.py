@@ -71,7 +71,7 @@ from core.store.base import (
 from core.store.breakers import SQLiteBreakers
 from core.store.deps import refuse_known_keys, run_sync, settle
 from core.store.key_usage import SQLiteKeyUsage
-from core.store.listing import JobOrder, order_sql, search_sql
+from core.store.listing import JobOrder, order_sql, search_sql, searched_id
 from core.store.notifications import SQLiteNotifications
 from core.store.relay_cursors import SQLiteRelayCursors
 from core.store.schedule_runs import (
@@ -523,19 +523,13 @@ def _by_name_prefix(
     return rows
 
 
-def _searched_id(text: str) -> int | None:
-    """The job id a search's text also names (search_sql matches it), else None."""
-    text = text.strip()
-    return int(text) if text.isdigit() and len(text) < 19 else None
-
-
 def _list_rows(c: sqlite3.Connection, select: str, flt: JobFilter, order: JobOrder, limit: int) -> list[Any]:
     """The rows of a job list page: `select` (columns FROM jobs) with the filter, order and cursor."""
     if flt.search and order.by_id and (query := search_index.match_query(flt.search)) is not None:
         where, params = _job_where(flt, by_order=True)
         after_id = None if order.after is None else int(order.after[1])
         return search_index.search_rows(
-            c, select, where, params, query, order.descending, after_id, limit, lambda r: r[0], _searched_id(flt.search)
+            c, select, where, params, query, order.descending, after_id, limit, lambda r: r[0], searched_id(flt.search)
         )
     if flt.tag is not None and order.by_id:
         sql, params = _tag_driven(select, flt, order, limit)
@@ -875,7 +869,7 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
             return await self._read(lambda c: (int(c.execute(sql, params).fetchone()[0]), True))
         if flt.tag is not None and flt == JobFilter(tag=flt.tag):
             sql, params = "SELECT count(*) FROM job_tags WHERE tag = ?", [flt.tag]
-        elif flt.search and _searched_id(flt.search) is None and (query := search_index.match_query(flt.search)):
+        elif flt.search and searched_id(flt.search) is None and (query := search_index.match_query(flt.search)):
             where, params = _job_where(flt, by_order=True)  # the text index's candidates, each checked
             sql, params = search_index.search_count_sql(where, params, query)
         else:

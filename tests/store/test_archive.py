@@ -84,9 +84,19 @@ async def test_archivable_jobs_purge_and_restore(kit: StoreKit) -> None:
     assert (await store.get_job(old[0])).state == "queued", "the restore did not overwrite the retried job"
 
 
+async def _pg_searchable(kit: StoreKit, ids: list[int]) -> list[int] | None:
+    """Which of `ids` the PostgreSQL search index holds (SQLite's contentless FTS5 index cannot say: None)."""
+    if kit.kind == "sqlite":
+        return None
+    async with kit.store._pool.acquire() as c:
+        return [r[0] for r in await c.fetch("SELECT job_id FROM job_search WHERE job_id = ANY($1::bigint[]) "
+                                            "ORDER BY job_id", ids)]  # fmt: skip
+
+
 async def test_restored_jobs_are_counted_and_found_by_a_search(kit: StoreKit) -> None:
-    """A restore puts jobs back into the counts (/v1/stats, /v1/queues) and, on SQLite, into the search
-    index when their ids are below what it holds (the insert does both: no trigger does, migration 0023)."""
+    """A restore puts jobs back into the counts (/v1/stats, /v1/queues) and into the search index
+    (SQLite: when their ids are below what it holds; the insert does both, migration 0023. PostgreSQL:
+    the triggers of migration 0022, which take a purged job's text out)."""
     from tests.store.test_job_counts import assert_counts_agree
     from tests.store.test_job_lists import _search_index_filled
 
@@ -98,7 +108,9 @@ async def test_restored_jobs_are_counted_and_found_by_a_search(kit: StoreKit) ->
         await _search_index_filled(store)
     records = await store.archivable_jobs(Cutoffs(NOW - 30 * DAY), 100)
     assert await store.purge_jobs([r["job"]["id"] for r in records], Cutoffs(NOW - 30 * DAY)) == len(old)
+    assert await _pg_searchable(kit, old) in ([], None), "a purged job's text left in the search index"
     assert await store.restore_jobs(records) == len(old)
+    assert await _pg_searchable(kit, old) in (old, None)
     await assert_counts_agree(store, "after a restore")
     found = [j.id for j in await store.list_jobs(JobFilter(search="old-q-3"), None, 100)]
     assert found == [old[3]], f"a search for a restored job's name found {found}, expected [{old[3]}]"

@@ -226,3 +226,65 @@ async def test_sqlite_search_index_catches_up_slice_by_slice(kit: StoreKit) -> N
     await _search_index_filled(s)
     assert await s._read(lambda c: c.execute("SELECT count(*) FROM job_search").fetchone()[0]) == 1_200
     assert [j.id for j in await s.list_jobs(JobFilter(search="bulk-1199"), None, 10)] == [jobs[-1].id]
+
+
+async def _raw(kit: StoreKit, sqlite: str, postgres: str, *args: Any) -> None:
+    """One statement outside the store's API (a row deleted or renamed behind its back)."""
+    if kit.kind == "sqlite":
+        await kit.store._write(lambda tx: tx.conn.execute(sqlite, args))
+    else:
+        async with kit.store._pool.acquire() as c:
+            await c.execute(postgres, *args)
+
+
+async def test_search_pages_and_counts_are_what_its_condition_says(kit: StoreKit) -> None:
+    """Both stores find a search's jobs through their text index (job_search) and check each with the
+    search's condition, so the answers are the same as a scan's: newest first or oldest first, in pages
+    that neither skip nor repeat, across the index's id blocks (PostgreSQL reads 16,384 ids a block),
+    counted, with the other filters; a job deleted or renamed is found by its new text only."""
+    s = kit.store
+    old = await submit(s, *({"name": f"cust-{i}" if i % 3 == 0 else f"other-{i}",
+                             "task": {"kind": "shell", "argv": ["echo", f"Ref-{i}"]}} for i in range(60)))  # fmt: skip
+    if kit.kind == "postgres":  # the next jobs two and five blocks further on
+        await _raw(kit, "", "SELECT setval(pg_get_serial_sequence('jobs', 'id'), 40000)")
+    mid = await submit(s, *({"name": f"cust-mid-{i}"} for i in range(5)), {"name": "zzz", "tags": ["cust-tag"]})
+    if kit.kind == "postgres":
+        await _raw(kit, "", "SELECT setval(pg_get_serial_sequence('jobs', 'id'), 90000)")
+    new = await submit(s, {"name": "cust-new"}, {"name": "nothing", "task": {"kind": "shell", "argv": ["CUST-x"]}})
+    if kit.kind == "sqlite":
+        await _search_index_filled(s)
+    expected = sorted([j.id for j in [*old, *mid, *new] if "cust-" in (j.name + str(j.task) + str(j.tags)).lower()],
+                      reverse=True)  # fmt: skip
+    assert len(expected) == 20 + 6 + 2
+
+    async def found(text: str, order: str = "desc", size: int = 100, **kw: Any) -> list[int]:
+        return [j.id for j in await all_pages(s, JobFilter(search=text, **kw), "id", order, size)]
+
+    assert await found("CUST-") == expected, "newest first, case-insensitively, the name, a tag, the task"
+    assert await found("cust-", size=3) == expected, "pages of 3 neither skip nor repeat"
+    assert await found("cust-", "asc", 4) == expected[::-1]
+    assert await s.count_jobs(JobFilter(search="cust-")) == (len(expected), True)
+    assert await found("ref-27") == [old[27].id], "a value inside the task"
+    assert await found("cust-mid-", size=2) == sorted((j.id for j in mid[:5]), reverse=True)
+    last = new[-1]  # an id that no job's text holds
+    assert await found(str(last.id)) == [last.id], "the id"
+    assert await found("cu") == expected, "under 3 letters in a row: no trigram, the condition alone"
+    assert await found("t-", size=7) == [j.id for j in sorted([*old, *mid, *new], key=lambda j: -j.id)
+                                         if "t-" in (j.name + str(j.task) + str(j.tags)).lower()]  # fmt: skip
+    assert await found("cust-", queue="default", states=("queued",)) == expected
+    assert await s.count_jobs(JobFilter(search="cust-", states=("queued",), queue="default")) == (len(expected), True)
+    assert await found("cust-", queue="elsewhere") == []
+
+    victim, renamed = old[3], mid[1]
+    await _raw(kit, "DELETE FROM jobs WHERE id = ?", "DELETE FROM jobs WHERE id = $1", victim.id)
+    await _raw(kit, "UPDATE jobs SET name = 'renamed' WHERE id = ?", "UPDATE jobs SET name = 'renamed' WHERE id = $1",
+               renamed.id)  # fmt: skip
+    left = [i for i in expected if i not in (victim.id, renamed.id)]
+    assert await found("cust-") == left
+    assert await found("renamed") == [renamed.id]
+    assert await s.count_jobs(JobFilter(search="cust-")) == (len(left), True)
+    if kit.kind == "postgres":  # the index forgot the deleted job and the old name
+        async with s._pool.acquire() as c:
+            rows = await c.fetch("SELECT job_id, body FROM job_search WHERE job_id = ANY($1::bigint[])",
+                                 [victim.id, renamed.id])  # fmt: skip
+        assert [(r[0], r[1].split("\n")[0]) for r in rows] == [(renamed.id, "renamed")], rows
