@@ -1,4 +1,4 @@
-"""The PostgreSQL store's text index for job searches (`q=`): job_search and its trigram index (migration 0022).
+"""The PostgreSQL store's text index for job searches (`q=`): job_search and its trigram index (migration 0023).
 
 A search matched every row of `jobs` with ILIKE, newest first, until it had a page: behind a backlog
 of 500,000 jobs that do not match, a page read all of them (0.3-5.5 s at 1.4 M). `job_search` holds
@@ -28,7 +28,7 @@ from core.store.listing import search_pattern
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
 
-BLOCK_BITS = 14  # 16,384 ids a block: migration 0022's index expression (job_id >> 14)
+BLOCK_BITS = 14  # 16,384 ids a block: migration 0023's index expression (job_id >> 14)
 # Bitmap scans only: an index scan of job_search_pkey filtering each row is the plan the planner's
 # estimates chose; no JIT (the estimate of a scan of every block passes jit_above_cost).
 PLAN = "SET LOCAL enable_indexscan = off; SET LOCAL enable_seqscan = off; SET LOCAL jit = off"

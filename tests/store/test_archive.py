@@ -95,8 +95,8 @@ async def _pg_searchable(kit: StoreKit, ids: list[int]) -> list[int] | None:
 
 async def test_restored_jobs_are_counted_and_found_by_a_search(kit: StoreKit) -> None:
     """A restore puts jobs back into the counts (/v1/stats, /v1/queues) and into the search index
-    (SQLite: when their ids are below what it holds; the insert does both, migration 0023. PostgreSQL:
-    the triggers of migration 0022, which take a purged job's text out)."""
+    (SQLite: when their ids are below what it holds; the insert does both, sqlite/0023. PostgreSQL:
+    the triggers of postgres/0023, which take a purged job's text out)."""
     from tests.store.test_job_counts import assert_counts_agree
     from tests.store.test_job_lists import _search_index_filled
 

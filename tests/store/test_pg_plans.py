@@ -300,7 +300,7 @@ SORTED = [
 async def test_a_search_reads_the_text_index_block_by_block_not_every_newer_job(
     kit: StoreKit, statistics: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A search's page reads job_search's trigram index (migration 0022) one id block at a time, newest
+    """A search's page reads job_search's trigram index (migration 0023) one id block at a time, newest
     first, and looks up only its candidates' jobs: the 50,000 newest jobs (a backlog that does not
     match) and the 70,000 below them that do not either are never read. Before the index the page
     walked the ids backwards checking every job (Rows Removed by Filter: 120,000 here, 500,000 in the
