@@ -584,7 +584,8 @@ class Engine:
         """Wait for `event` at most `timeout` seconds; whether it was set (woken, not timed out)."""
         woken = False
         with contextlib.suppress(TimeoutError):
-            woken = await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):  # no task per wait, as wait_for makes (Python 3.11)
+                woken = await event.wait()
         event.clear()
         return woken
 

@@ -207,6 +207,9 @@ class Node:
         config = uvicorn.Config(
             self.app,
             log_level="warning",
+            # uvicorn's access log is off: at "warning" it never printed a line, yet every answer still
+            # formatted its client and path for it. The node logs its requests itself (core/api/observe.py).
+            access_log=False,
             lifespan="off",
             ws=WebSocketProtocol,  # uvicorn's websockets-sansio, answering every handshake it refuses
             ws_max_size=2**24,

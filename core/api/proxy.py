@@ -11,6 +11,7 @@ other reader of `request.client` see the same caller.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Sequence
 
@@ -105,9 +106,13 @@ def caller_ip(scope: Scope) -> str | None:
 
 def is_local_caller(scope: Scope) -> bool:
     """A process on this machine talking to the node directly (not forwarded by a proxy)."""
-    if FORWARDED_BY in scope:
-        return False
-    address = _address(caller_ip(scope) or "")
+    return FORWARDED_BY not in scope and _is_loopback(caller_ip(scope) or "")
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_loopback(peer: str) -> bool:
+    """Whether `peer` is a loopback address (parsed once per address: every request asks)."""
+    address = _address(peer)
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return address is not None and address.is_loopback

@@ -384,7 +384,8 @@ class Relay:
         if self.acked > self._written:
             timeout = min(timeout, max(0.0, self._written_at + POSITION_EVERY - time.monotonic()))
         with contextlib.suppress(TimeoutError):
-            self._take_live(await asyncio.wait_for(wake.get(), timeout))
+            async with asyncio.timeout(timeout):  # no task per wait, as wait_for makes (Python 3.11)
+                self._take_live(await wake.get())
         if wake.overflowed:
             wake.reset()
             self._live = False
