@@ -255,30 +255,36 @@ class PgWriter:
             self._queue.put_nowait(item)
 
     async def _run(self) -> None:
-        while True:
-            item = await self._queue.get()
-            if item is None:
-                return
-            batch = [item]
-            while len(batch) < MAX_OPS_PER_COMMIT and not self._queue.empty():
-                more = self._queue.get_nowait()
-                if more is None:
-                    self._queue.put_nowait(None)
-                    break
-                batch.append(more)
-            try:
-                await self._commit(batch)
-            except Exception as exc:  # never leave a caller waiting, never stop the writer
-                log.exception("store batch failed")
-                for _, fut in batch:
-                    _fail(fut, Unavailable(f"the store could not commit: {exc}"))
+        kept = _Kept()
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is None:
+                    return
+                batch = [item]
+                while len(batch) < MAX_OPS_PER_COMMIT and not self._queue.empty():
+                    more = self._queue.get_nowait()
+                    if more is None:
+                        self._queue.put_nowait(None)
+                        break
+                    batch.append(more)
+                try:
+                    await self._commit(batch, kept)
+                except Exception as exc:  # never leave a caller waiting, never stop the writer
+                    log.exception("store batch failed")
+                    for _, fut in batch:
+                        _fail(fut, Unavailable(f"the store could not commit: {exc}"))
+        finally:
+            if kept.conn is not None:
+                with contextlib.suppress(Exception):
+                    await self._pool.release(kept.conn)
 
-    async def _commit(self, batch: list[_Item]) -> None:
+    async def _commit(self, batch: list[_Item], kept: _Kept) -> None:
         deadline = time.monotonic() + RETRY_FOR
         delay = 0.05
         while batch:
             try:
-                outcomes, events, turn = await self._transaction(batch)
+                outcomes, events, turn = await self._transaction(batch, kept)
             except _OpFailed as failed:
                 # That operation is out; the others run again in a fresh transaction.
                 op_exc = failed.exc
@@ -315,8 +321,9 @@ class PgWriter:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _transaction(self, batch: list[_Item]) -> tuple[list[_Outcome], list[Event], int | None]:
-        conn = await self._pool.acquire()
+    async def _transaction(self, batch: list[_Item], kept: _Kept) -> tuple[list[_Outcome], list[Event], int | None]:
+        conn, kept.conn = kept.conn or await self._pool.acquire(), None
+        clean = False  # ended by its own COMMIT or ROLLBACK: the task keeps it for the next transaction
         try:
             tx = PgTx(conn, self._clock())
             began = time.perf_counter()
@@ -339,6 +346,7 @@ class PgWriter:
             except BaseException:
                 try:
                     await transaction.rollback()
+                    clean = True
                 except Exception:  # the connection is gone or unusable: the pool replaces it
                     with contextlib.suppress(Exception):
                         conn.terminate()
@@ -358,12 +366,16 @@ class PgWriter:
             except BaseException:
                 self._in_turn(turn, [], [])
                 raise
+            clean = True
             return outcomes, events, turn
         finally:
-            # After a commit, a failure to hand the connection back must not look like a failed
-            # batch (it would run again): the pool replaces a connection it cannot reset.
-            with contextlib.suppress(Exception):
-                await self._pool.release(conn)
+            if clean and not conn.is_closed():
+                kept.conn = conn
+            else:
+                # After a commit, a failure to hand the connection back must not look like a failed
+                # batch (it would run again): the pool replaces a connection it cannot reset.
+                with contextlib.suppress(Exception):
+                    await self._pool.release(conn)
 
     def _take_turn(self) -> int:
         turn = next(self._next_turn)
@@ -407,6 +419,15 @@ class PgWriter:
                 _fail(fut, exc)
             elif not fut.done():
                 fut.set_result(result)
+
+
+class _Kept:
+    """A writer task's connection between its transactions. Each of them ends in its own COMMIT or
+    ROLLBACK and sets nothing beyond it (SET LOCAL, transaction locks), so the connection is not
+    handed back to the pool after each one: the pool resets every connection it gets back (a round
+    trip, ~0.15 ms p50 here, 0.3-0.45 mean), which a single submit paid on top of its commit."""
+
+    conn: Conn | None = None
 
 
 def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:

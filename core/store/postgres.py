@@ -34,6 +34,7 @@ from core.store import audit
 from core.store import pickup as pickup_sql
 from core.store._pg_counts import FOLD_EVERY, RUNNING, fold_job_counts
 from core.store._pg_statistics import CHECK_EVERY, refresh_statistics
+from core.store._pg_writer import WORKERS as WRITER_TASKS
 from core.store._pg_writer import OnCommit, PgTx, PgWriter, is_connection_error, migrate
 from core.store._pg_writes import JobChanges, insert_jobs
 from core.store.archive import PostgresArchive
@@ -169,8 +170,13 @@ class PostgresStore(
         """Connect, apply migrations (one node at a time) and start the writer."""
         where = masked_url(self.url)
         try:
+            # + the connections the writer's tasks keep between their transactions (PgWriter)
             self._pool = await asyncpg.create_pool(
-                self.url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT, command_timeout=60
+                self.url,
+                min_size=1,
+                max_size=POOL_SIZE + WRITER_TASKS,
+                timeout=CONNECT_TIMEOUT,
+                command_timeout=60,
             )
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
