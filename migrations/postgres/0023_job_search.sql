@@ -16,8 +16,17 @@ CREATE TABLE job_search (
 INSERT INTO job_search (job_id, body) SELECT id, name || E'\n' || task::text || E'\n' || tags::text FROM jobs;
 -- The pending list of a GIN index is read whole by every scan, and a page scans one index block after
 -- another: 256 kB keeps it short (the default, 4 MB, holds the entries of ~20,000 jobs).
-CREATE INDEX job_search_text ON job_search USING gin ((job_id >> 14), body gin_trgm_ops)
-    WITH (gin_pending_list_limit = 256);
+-- An extension lives in one schema of the database: the first JobDeck schema to migrate creates
+-- pg_trgm in its own, and a second JobDeck in another schema of the same database finds it there, off
+-- its search_path. So the operator class is named with the schema pg_trgm is in, wherever that is
+-- (btree_gin's bigint class is the type's default, found in any schema).
+DO $$
+BEGIN
+    EXECUTE format('CREATE INDEX job_search_text ON job_search USING gin ((job_id >> 14), body %I.gin_trgm_ops) '
+                   'WITH (gin_pending_list_limit = 256)',
+                   (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+                    WHERE e.extname = 'pg_trgm'));
+END $$;
 
 -- Kept in the transaction of every insert and delete of jobs, whoever writes (as job_counts, 0010).
 CREATE FUNCTION job_search_inserted() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -49,8 +49,12 @@ async def pair(
             stores[i] = {"database_url": with_database(database, database.rsplit("/", 1)[-1], search_path=schemas[-1])}
     a, url_a, task_a = await start_node(auth_settings(tmp_path / "a", rate_limit_per_second=0, **stores[0]),
                                         local_agent=False)  # fmt: skip
-    b, url_b, task_b = await start_node(auth_settings(tmp_path / "b", rate_limit_per_second=0, **stores[1]),
-                                        local_agent=False)  # fmt: skip
+    try:  # b failing to start (its migration, say) must still stop a: a running node hangs the loop's close
+        b, url_b, task_b = await start_node(auth_settings(tmp_path / "b", rate_limit_per_second=0, **stores[1]),
+                                            local_agent=False)  # fmt: skip
+    except BaseException:
+        await stop_node(a, task_a)
+        raise
     try:
         async with httpx.AsyncClient() as http:
             await http.get(f"{url_b}/healthz")  # builds b's middleware stack
