@@ -159,9 +159,10 @@ async def test_two_nodes_keep_a_per_key_limit_between_them(kit: StoreKit) -> Non
 
 @two_nodes
 async def test_racing_claims_of_two_nodes_never_pass_a_per_key_or_a_queue_limit(kit: StoreKit) -> None:
-    """Eight claims at once, four on each node (each its own connection), round after round: each key and
-    the queue are filled to their limits, never past them. Without the queues' lock the claims count
-    together and each takes the room they all saw."""
+    """Eight claims at once, four on each node (each its own connection), round after round: no key and
+    no queue goes past its limit, and once they are done the room they left (a claim cut by its own
+    slots gives back what it reserved) is there for the next claim: each key and the queue fill to
+    their limits. Without the queues' lock the claims count together and each takes the room they all saw."""
     other = await kit.another()
     t0 = utcnow()
     await submit(kit.store, *({"queue": "cust", "concurrency_key": k} for k in "ABCD" * 30), now=t0)
@@ -173,6 +174,12 @@ async def test_racing_claims_of_two_nodes_never_pass_a_per_key_or_a_queue_limit(
         got = await asyncio.gather(*(st.claim_jobs(claim(n, limit=5), now) for st, n in
                                      [(kit.store, "n1"), (other, "n2")] * 4))  # fmt: skip
         jobs = [j for batch in got for j in batch]
+        per_key = Counter(j.concurrency_key for j in jobs if j.queue == "cust")
+        assert all(n <= 2 for n in per_key.values()), f"round {round_}: limit 2 a key, got {dict(per_key)}"
+        assert sum(j.queue == "api" for j in jobs) <= 7, (
+            f"round {round_}: limit 7 in api, got {Counter(j.queue for j in jobs)}"
+        )
+        jobs += await kit.store.claim_jobs(claim("n1", limit=40), now)  # what the racing claims left
         per_key = Counter(j.concurrency_key for j in jobs if j.queue == "cust")
         assert per_key == {"A": 2, "B": 2, "C": 2, "D": 2}, f"round {round_}: limit 2 a key, got {dict(per_key)}"
         assert sum(j.queue == "api" for j in jobs) == 7, (
