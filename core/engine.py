@@ -584,8 +584,7 @@ class Engine:
         """Wait for `event` at most `timeout` seconds; whether it was set (woken, not timed out)."""
         woken = False
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):  # no task per wait, as wait_for makes (Python 3.11)
-                woken = await event.wait()
+            woken = await asyncio.wait_for(event.wait(), timeout)
         event.clear()
         return woken
 
