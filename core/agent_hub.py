@@ -177,6 +177,7 @@ class AgentHub:
         finished and holds the results of keep their leases until those results arrive."""
         if not running and not finished:
             return
+        session.held = dict(finished)  # their slots are taken until the results arrive
         until = self.clock() + self.policy.lease_seconds
         stale = set(await self.store.extend_leases(session.name, running + finished, until))
         for job_id, attempt in running:

@@ -54,6 +54,10 @@ class AgentSession:
         # Runs whose result arrived and is being recorded: their slots count as free already, so
         # the dispatcher claims for them while the results commit (often in the same transaction).
         self.finishing: dict[int, int] = {}
+        # Results the agent said it holds when it registered (it ran them while out of touch), not
+        # received yet: their slots stay taken until they arrive, so a lost attempt's retry is not
+        # claimed for this agent (and started) before its held result of that attempt is read.
+        self.held: dict[int, int] = {}
         self._results: list[Message] = []  # results received, waiting for the recorder
         self._recorder: asyncio.Task[None] | None = None
         self._recording: set[asyncio.Task[None]] = set()  # result batches written into a held commit
@@ -65,7 +69,7 @@ class AgentSession:
     @property
     def busy(self) -> int:
         """Slots whose run is still going (not counting runs whose result is being recorded)."""
-        return len(self.running) - len(self.finishing.keys() & self.running.keys())
+        return len(self.running) - len(self.finishing.keys() & self.running.keys()) + len(self.held)
 
     @property
     def free(self) -> int:
@@ -82,7 +86,7 @@ class AgentSession:
             "queue_slots": self.queue_slots,
             "labels": self.labels,
             "slots": self.slots,
-            "slots_used": len(self.running),
+            "slots_used": len(self.running) + len(self.held),
             "slots_free": self.free,
             "running": sorted(self.running),
             "draining": self.draining,
@@ -126,11 +130,9 @@ class AgentSession:
                     self.take_results(msg["results"])
                 elif kind == "heartbeat":
                     self.last_heartbeat = time.time()
-                    await self.hub.heartbeat(
-                        self,
-                        [(int(j), int(a)) for j, a in msg.get("running", [])],
-                        [(int(j), int(a)) for j, a in msg.get("finished", [])],
-                    )
+                    finished = [(int(j), int(a)) for j, a in msg.get("finished", [])]
+                    self.still_held(finished)
+                    await self.hub.heartbeat(self, [(int(j), int(a)) for j, a in msg.get("running", [])], finished)
                 elif kind == "output":
                     self.hub.record_output(self, msg["chunks"])
                 elif kind == "draining":
@@ -142,14 +144,17 @@ class AgentSession:
         except (ChannelClosed, asyncio.CancelledError, ConnectionError):
             pass
 
+    def still_held(self, finished: list[tuple[int, int]]) -> None:
+        """The agent's heartbeat lists the results it holds: a slot kept for one it no longer
+        holds (acknowledged by another node) is free again."""
+        if self.held:
+            keep = set(finished)
+            self.held = {j: a for j, a in self.held.items() if (j, a) in keep}
+
     def take_results(self, results: list[Message]) -> None:
         """Queue an agent's results for the recorder. The serve loop goes on reading meanwhile, so
         the results that arrive while one batch commits are recorded together in the next: one
         transaction per batch, not one per message (the agent sends each run's result as it ends)."""
-        for r in results:
-            job_id, attempt = int(r["job_id"]), int(r["attempt"])
-            if self.running.get(job_id) == attempt:
-                self.finishing[job_id] = attempt
         self._results += results
         if self.hub.engine.pair_with_claim():
             # Writes wait for the claim that fills these slots: record now, into the same commit,
@@ -175,6 +180,18 @@ class AgentSession:
             await self._record_batch(batch)
 
     async def _record_batch(self, batch: list[Message]) -> None:
+        """Write one batch. Its runs' slots count as free from here (the dispatcher claims for them
+        while the results commit, often in the same transaction), not from the message's arrival:
+        the batch is in the writer's queue before any claim for those slots, and the writer keeps
+        that order, so a late result of a lost attempt is recorded before a claim could start the
+        job's retry (which would refuse the result: the job would run twice)."""
+        for r in batch:
+            job_id, attempt = int(r["job_id"]), int(r["attempt"])
+            if self.running.get(job_id) == attempt:
+                self.finishing[job_id] = attempt
+            if self.held.get(job_id) == attempt:
+                del self.held[job_id]
+        self.hub.engine.wake()  # the dispatcher runs once this task waits: after the batch is queued
         self.hub.engine.result_batches += 1
         self.hub.engine.results += len(batch)
         try:

@@ -194,9 +194,9 @@ class Engine:
     def pair_with_claim(self) -> bool:
         """Results just freed slots: hold the store's writes until the dispatcher has queued the
         claim that fills them, so results and claim share one commit instead of taking one each.
-        True while writes are held (the caller writes its results now, into that commit). The
-        bound is twice claim_coalesce_ms: the claim may wait that long for freed slots to add up."""
-        self._wake_dispatch.set()
+        True while writes are held (the caller writes its results now, into that commit, and
+        wakes the dispatcher once they are queued: results first). The bound is twice
+        claim_coalesce_ms: the claim may wait that long for freed slots to add up."""
         if self._writes_held is not None:
             return True
         window = self.settings.claim_coalesce_ms / 1000.0
@@ -584,7 +584,8 @@ class Engine:
         """Wait for `event` at most `timeout` seconds; whether it was set (woken, not timed out)."""
         woken = False
         with contextlib.suppress(TimeoutError):
-            woken = await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                woken = await event.wait()
         event.clear()
         return woken
 
