@@ -35,22 +35,6 @@ def epoch(value: str | float | None) -> float | None:
     return datetime.fromisoformat(value).timestamp()
 
 
-def span(seconds: float | None) -> str:
-    """A duration people read at a glance: 850ms, 12s, 4m05s, 3h12m, 2d04h."""
-    if seconds is None:
-        return "-"
-    s = max(0.0, seconds)
-    if s < 1:
-        return f"{s * 1000:.0f}ms"
-    if s < 60:
-        return f"{s:.0f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
-
-
 def state_text(state: str, cancel_requested: bool = False) -> Text:
     """A job state, coloured; a running job asked to stop says so."""
     label = "cancelling" if cancel_requested and state == "running" else state
@@ -83,7 +67,7 @@ class Display:
         """How long ago `since` was."""
         if since is None:
             return "-"
-        return "··" if self.masked else span(self.clock() - since)
+        return "··" if self.masked else timetext.duration(self.clock() - since)
 
     def until(self, when: float | None) -> str:
         """How long until `when` ("in 4m05s"), or how long ago it was."""
@@ -92,7 +76,7 @@ class Display:
         if self.masked:
             return "··"
         delta = when - self.clock()
-        return f"in {span(delta)}" if delta >= 0 else f"{span(-delta)} ago"
+        return f"in {timetext.duration(delta)}" if delta >= 0 else f"{timetext.duration(-delta)} ago"
 
     def clock_time(self, when: float | None) -> str:
         """A wall-clock time to the second, in the viewer's zone, with its abbreviation."""
@@ -121,7 +105,7 @@ class Display:
     def duration(self, seconds: float | None) -> str:
         if seconds is None:
             return "-"
-        return "··" if self.masked else span(seconds)
+        return "··" if self.masked else timetext.duration(seconds)
 
     def spark(self, values: Sequence[float]) -> str:
         return SPARK[0] * len(values) if self.masked else sparkline(values)

@@ -63,3 +63,23 @@ def in_two_zones(value: str | float | None, first: tzinfo, second: tzinfo, **kw:
     if a.utcoffset() == b.utcoffset() and a.tzname() == b.tzname():
         return one
     return f"{one} ({stamp(value, second, **kw)})"
+
+
+def duration(seconds: float | None) -> str:
+    """A duration people read at a glance, the same in every front end: 850ms, 4.2s, 12s, 4m05s,
+    3h12m, 2d04h; '' for none."""
+    if seconds is None:
+        return ""
+    s = max(0.0, seconds)
+    if s < 0.9995:  # the thresholds are where the rounded text would spill into the next unit
+        return f"{s * 1000:.0f}ms"
+    if s < 9.95:
+        return f"{s:.1f}s"
+    if s < 59.5:
+        return f"{s:.0f}s"
+    if (r := round(s)) < 3600:
+        return f"{r // 60}m{r % 60:02d}s"
+    if (m := round(s / 60)) < 1440:
+        return f"{m // 60}h{m % 60:02d}m"
+    h = round(s / 3600)
+    return f"{h // 24}d{h % 24:02d}h"

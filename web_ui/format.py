@@ -38,22 +38,13 @@ def when(value: Any) -> float | None:
 
 
 def ago(value: Any, now: float | None = None) -> str:
-    """'12s ago', 'in 3m', '' for no time."""
+    """'12s ago', 'in 4m05s', '' for no time (core.timetext.duration)."""
     ts = when(value)
     if ts is None:
         return ""
     delta = (now or time.time()) - ts
     future = delta < 0
-    d = abs(delta)
-    text = (
-        f"{d:.0f}s"
-        if d < 60
-        else f"{d / 60:.0f}m"
-        if d < 3600
-        else f"{d / 3600:.1f}h"
-        if d < 86400
-        else f"{d / 86400:.0f}d"
-    )
+    text = timetext.duration(abs(delta))
     return f"in {text}" if future else f"{text} ago"
 
 
@@ -100,7 +91,7 @@ def job_row(job: dict[str, Any], refuse: str, zone: str = "UTC") -> dict[str, st
         "attempts": f"{job.get('attempt', 0)}/{job.get('max_attempts', 0)}",
         "created": ago(job.get("created_at")),
         "created_title": clock_both(job.get("created_at"), zone, "UTC"),
-        "duration": f"{finished - started:.1f}s" if started is not None and finished is not None else "",
+        "duration": timetext.duration(finished - started) if started is not None and finished is not None else "",
         "run_at": ago(job.get("run_at")) if state in WAITING else "",
         "agent": str(job.get("agent") or ""),
         "note": str(job.get("waiting_for") or job.get("last_error") or "")[:120],

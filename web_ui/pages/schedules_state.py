@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import reflex as rx
 
+from core import timetext
 from core.errors import InvalidInput, JobDeckError
 from web_ui.format import STATE_COLOR, ago, clock, clock_both, task_text, when
 from web_ui.hub import Change, touched
@@ -67,10 +68,7 @@ def _number_text(v: Any) -> str:
 
 def _duration(job: dict[str, Any]) -> str:
     start, end = when(job.get("started_at")), when(job.get("finished_at"))
-    if start is None or end is None:
-        return ""
-    d = max(0.0, end - start)
-    return f"{d:.2f}s" if d < 60 else f"{d / 60:.1f}m"
+    return "" if start is None or end is None else timetext.duration(end - start)
 
 
 @page_state("/schedules", editable=("s_name", "s_command", "s_queue", "s_window", "s_jitter", "s_pause_after"))

@@ -9,6 +9,7 @@ from typing import Any
 
 import reflex as rx
 
+from core import timetext
 from core.client import workflow_layers
 from core.errors import JobDeckError, NotFound
 from web_ui.format import ago, clock, when
@@ -102,18 +103,9 @@ def _row(wf: dict[str, Any], zone: str) -> dict[str, str]:
 
 
 def _took(start: Any, end: Any) -> str:
-    """'42.1s', '3m 05s', '2h 14m' from submit to the last job's end; '' while it runs."""
+    """From submit to the last job's end ('4m05s'); '' while it runs."""
     a, b = when(start), when(end)
-    if a is None or b is None:
-        return ""
-    d = max(0.0, b - a)
-    return (
-        f"{d:.1f}s"
-        if d < 60
-        else f"{d // 60:.0f}m {d % 60:02.0f}s"
-        if d < 3600
-        else f"{d // 3600:.0f}h {d % 3600 // 60:02.0f}m"
-    )
+    return "" if a is None or b is None else timetext.duration(b - a)
 
 
 class _WorkflowActions(AppState):
