@@ -168,6 +168,8 @@ def test_workflows_submit_show_and_act_from_the_command_line(jobdeck_process: Se
     flow.write_text(json.dumps({"name": "cli-etl", "jobs": [
         {"ref": "extract", "task": {"kind": "shell", "command": "true"}},
         {"ref": "load", "depends_on": ["extract"], "task": {"kind": "shell", "command": "true"}},
+        {"ref": "check", "max_attempts": 1, "task": {"kind": "shell", "command": "exit 3"}},
+        {"ref": "report", "depends_on": ["check"], "task": {"kind": "shell", "command": "true"}},
     ]}))  # fmt: skip
     out = jobdeck(jobdeck_process, "--json", "workflows", "submit", str(flow))
     assert out.returncode == 0, out.stderr
@@ -176,18 +178,23 @@ def test_workflows_submit_show_and_act_from_the_command_line(jobdeck_process: Se
     deadline = time.monotonic() + 30
     while True:
         shown = jobdeck(jobdeck_process, "workflows", "show", str(wf_id))
-        if "succeeded -" in shown.stdout.splitlines()[0] or time.monotonic() > deadline:
+        if "finished " in shown.stdout.splitlines()[1] or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     lines = shown.stdout.splitlines()
-    assert lines[0].startswith(f"workflow {wf_id} cli-etl: succeeded"), shown.stdout
-    assert lines[1].startswith("created "), lines
-    assert lines[2].startswith("● extract") and lines[3].startswith("  └─ load") and "<- extract" in lines[3], lines
-    assert lines[2].index("succeeded") == lines[3].index("succeeded"), f"the state column lines up: {lines}"
+    assert lines[0].startswith(f"workflow {wf_id} cli-etl: failed"), shown.stdout
+    assert lines[1].startswith("created ") and ", finished " in lines[1], lines
+    by_ref = {line.split()[1]: line for line in lines[2:]}
+    assert lines[2].startswith("● extract") and by_ref["load"].startswith("  └─ load"), lines
+    assert "<- extract" in by_ref["load"], lines
+    assert by_ref["extract"].index("succeeded") == by_ref["load"].index("succeeded"), f"states line up: {lines}"
+    assert "cancelled" in by_ref["report"] and "<- check" in by_ref["report"], lines
+    assert f"(parent job {made['ids']['check']} ended dead" in by_ref["report"], f"says why it was cancelled: {lines}"
+    assert by_ref["check"].endswith("(exit code 3)"), lines
     listed = jobdeck(jobdeck_process, "workflows", "ls")
     assert "cli-etl" in listed.stdout and "2 succeeded" in listed.stdout, listed.stdout
     refused = jobdeck(jobdeck_process, "workflows", "pause", str(wf_id))
-    assert refused.returncode != 0 and "it is succeeded" in refused.stderr, refused.stderr
+    assert refused.returncode != 0 and "it is failed" in refused.stderr, refused.stderr
     cyc = tmp_path / "cycle.json"
     cyc.write_text(json.dumps({"name": "c", "jobs": [
         {"ref": "a", "depends_on": ["b"], "task": {"kind": "shell", "command": "true"}},

@@ -99,7 +99,7 @@ class WorkflowsView(TableView):
 
 
 NODE_COLUMNS = (("tree", "JOB", 40), ("state", "STATE", 10), ("id", "ID", 7), ("queue", "QUEUE", 12),
-                ("parents", "WAITS FOR", 30))  # fmt: skip
+                ("parents", "WAITS FOR", 30), ("why", "WHY", 40))  # fmt: skip
 
 
 class WorkflowScreen(JobActions, Screen[None]):
@@ -163,7 +163,8 @@ class WorkflowScreen(JobActions, Screen[None]):
             label = Text("  " * depth + ("└─ " if depth else "● "), style="dim")
             label.append(str(n.get("ref") or n["name"]))
             cells = [label, state_text(n["state"]), Text(str(n["id"]), justify="right"), n["queue"],
-                     ", ".join(refs.get(p, str(p)) for p in n["parents"])]  # fmt: skip
+                     ", ".join(refs.get(p, str(p)) for p in n["parents"]),
+                     Text(n.get("last_error") or "", style="dim", no_wrap=True, overflow="ellipsis")]  # fmt: skip
             if key in self.nodes:
                 for (col, _, _), value in zip(NODE_COLUMNS, cells, strict=True):
                     table.update_cell(key, col, value)

@@ -626,6 +626,9 @@ class WorkflowNode(_Out):
     name: str
     state: JobStateName  # type: ignore[valid-type]
     queue: str
+    last_error: str | None = Field(
+        description="why it failed, is dead, or was cancelled or skipped (a parent's failure, say); null otherwise"
+    )
     parents: list[int]
 
 

@@ -41,7 +41,8 @@ def tree(wf: dict[str, Any]) -> str:
     width = max((len(label) for label, _ in rows), default=0) + 2
     for label, n in rows:
         waits = f"  <- {', '.join(refs.get(p, str(p)) for p in n['parents'])}" if n["parents"] else ""
-        lines.append(f"{label:<{width}}{n['state']:<10} #{n['id']:<6}{waits}".rstrip())
+        why = f"  ({n['last_error']})" if n.get("last_error") else ""  # a cancelled child: its parent failed
+        lines.append(f"{label:<{width}}{n['state']:<10} #{n['id']:<6}{waits}{why}".rstrip())
     return "\n".join(lines)
 
 

@@ -130,9 +130,15 @@ async def job_edges(c: Conn, job_id: int) -> tuple[list[int], list[int]]:
 
 
 async def graph(c: Conn, workflow_id: int) -> list[dict[str, Any]]:
-    """Every job of a workflow as a node: id, ref, name, state, parent ids (in id order)."""
-    rows = await c.fetch("SELECT id, ref, name, state, queue FROM jobs WHERE workflow_id = $1 ORDER BY id", workflow_id)
-    nodes = {r[0]: {"id": r[0], "ref": r[1], "name": r[2], "state": r[3], "queue": r[4], "parents": []} for r in rows}
+    """Every job of a workflow as a node: id, ref, name, state, queue, why it ended badly (last_error),
+    parent ids (in id order)."""
+    rows = await c.fetch(
+        "SELECT id, ref, name, state, queue, last_error FROM jobs WHERE workflow_id = $1 ORDER BY id", workflow_id
+    )
+    nodes = {
+        r[0]: {"id": r[0], "ref": r[1], "name": r[2], "state": r[3], "queue": r[4], "last_error": r[5], "parents": []}
+        for r in rows
+    }
     q = "SELECT d.parent_id, d.child_id FROM job_deps d JOIN jobs j ON j.id = d.child_id WHERE j.workflow_id = $1"
     for parent, child in await c.fetch(q, workflow_id):
         nodes[child]["parents"].append(parent)

@@ -128,9 +128,11 @@ def job_edges(c: sqlite3.Connection, job_id: int) -> tuple[list[int], list[int]]
 
 
 def graph(c: sqlite3.Connection, workflow_id: int) -> list[dict[str, Any]]:
-    """Every job of a workflow as a node: id, ref, name, state, parent ids (in id order)."""
-    nodes = {r[0]: {"id": r[0], "ref": r[1], "name": r[2], "state": r[3], "queue": r[4], "parents": []}
-             for r in c.execute("SELECT id, ref, name, state, queue FROM jobs WHERE workflow_id = ? ORDER BY id",
+    """Every job of a workflow as a node: id, ref, name, state, queue, why it ended badly (last_error),
+    parent ids (in id order)."""
+    nodes = {r[0]: {"id": r[0], "ref": r[1], "name": r[2], "state": r[3], "queue": r[4],
+             "last_error": r[5], "parents": []}
+             for r in c.execute("SELECT id, ref, name, state, queue, last_error FROM jobs WHERE workflow_id = ? ORDER BY id",
                                 (workflow_id,))}  # fmt: skip
     q = "SELECT d.parent_id, d.child_id FROM job_deps d JOIN jobs j ON j.id = d.child_id WHERE j.workflow_id = ?"
     for parent, child in c.execute(q, (workflow_id,)):

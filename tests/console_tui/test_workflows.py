@@ -50,6 +50,8 @@ async def test_the_tree_shows_layers_and_follows_the_jobs_live(
         gate.touch()
         await until(lambda: screen.nodes[str(ids["load"])]["state"] == "succeeded", 30, "load turned succeeded live")
         await until(lambda: screen.nodes[str(ids["after"])]["state"] == "cancelled", 10, "after cancelled by fail")
+        why = str(screen.query_one("#nodes").get_cell(str(ids["after"]), "why"))
+        assert f"parent job {ids['fail']} ended dead" in why, f"a cancelled job says why: {why!r}"
         summary = str(screen.query_one("#wf-summary").render())
         assert "failed" in summary, summary
         # the job actions work on the selected node: retry the failed one, what it cancelled waits again

@@ -79,3 +79,19 @@ def test_pause_resume_and_cancel_from_the_list(open_page: OpenPage, web: Dashboa
     expect(row).to_contain_text("cancelled")
     expect(row.locator(".wf-took")).to_have_text(re.compile(r"^\d+\.\ds$"))  # submit -> end, once it has ended
     assert api(web, "get_workflow", wf_id)["state"] == "cancelled"
+
+
+def test_a_nodes_hover_says_why_it_was_cancelled() -> None:
+    from web_ui.pages.workflows import dag_svg
+
+    svg = dag_svg([
+        {"id": 1, "ref": "check", "name": "check", "state": "dead", "queue": "default", "parents": [],
+         "last_error": "exit code 3"},
+        {"id": 2, "ref": "report", "name": "report", "state": "cancelled", "queue": "default", "parents": [1],
+         "last_error": "parent job 1 ended dead or cancelled"},
+        {"id": 3, "ref": "fine", "name": "fine", "state": "succeeded", "queue": "default", "parents": [],
+         "last_error": None},
+    ])  # fmt: skip
+    assert "<title>report · job 2 · cancelled · report · parent job 1 ended dead or cancelled</title>" in svg, svg
+    assert "<title>check · job 1 · dead · check · exit code 3</title>" in svg, svg
+    assert "<title>fine · job 3 · succeeded · fine</title>" in svg, svg

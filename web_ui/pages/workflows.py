@@ -51,7 +51,8 @@ def dag_svg(nodes: list[dict[str, Any]]) -> str:
             pos[n["id"]] = (x, y)
             fill, ink = FILL.get(n["state"], ("#eee", "#111"))
             label = html.escape(str(n.get("ref") or n["name"]))[:22]
-            title = html.escape(f"{n.get('ref') or ''} · job {n['id']} · {n['state']} · {n['name']}")
+            why = f" · {n['last_error']}" if n.get("last_error") else ""
+            title = html.escape(f"{n.get('ref') or ''} · job {n['id']} · {n['state']} · {n['name']}{why}")
             boxes.append(
                 f'<a href="/jobs/{n["id"]}" class="dag-node" id="dag-node-{n["id"]}" data-state="{n["state"]}">'
                 f"<title>{title}</title>"
