@@ -1,19 +1,25 @@
 """The PostgreSQL store's flow control in a claim: what it may take of its limited queues (core/flow.py), and
 which jobs of a queue chosen by key (`pick`: a per-key concurrency limit, fair rotation between keys).
 
-A claim of limited queues runs in two transactions. `reserve`, under the queues' advisory locks
-(core/store/_pg_sql.py LOCK_QUEUES), counts each limit, picks a keyed queue's jobs, takes the rate
-tokens, charges the rotation and writes a reservation per queue (claim_reservations: how many, and a
-keyed queue's picked job ids and their keys), and commits at once (the lock is held a few statements,
-not through the claim's job updates, the rest of its batch and its commit). The claim then takes at
-most that many (exactly those jobs, for a keyed queue) in the writer's transaction, and marks each
-reservation used there: the reservation stops counting in the same commit as its jobs start running.
-Every count adds the open reservations to the running jobs in one statement (one snapshot), so a limit
-holds across nodes, exactly, while the nodes' claims write side by side. A reservation's unused starts
-go back to the bucket when the next claim of its queue folds it away; one a dead node left open counts
-until RESERVED_FOR has passed, and a claim that finds its reservation taken back starts none of it.
-The reservation commits without waiting for the disk (synchronous_commit off): a claim's own commit,
-which waits, is later in the log, so no claim survives a crash that its reservation did not.
+Every count runs under the queues' advisory locks (TRY_WAITING, LOCK_QUEUES) and adds the open
+reservations of other claims to the running jobs in one statement (one snapshot), so a limit holds
+across nodes, exactly. A claim takes the locks in one of two ways:
+
+- In its own transaction, when every lock is free at once (the usual case on one node): it counts,
+  picks, claims and writes the bucket and the rotation back (`settle`) in the writer's transaction,
+  holding the locks to its commit. No reservation is written: no other claim counts meanwhile.
+- Through a reservation, once a node found a lock taken (another node claims the queue too): `reserve`,
+  a short transaction of its own under the locks, counts, picks, takes the rate tokens, charges the
+  rotation and writes a reservation per queue (claim_reservations: how many, and a keyed queue's picked
+  job ids and their keys), and commits at once; the lock is held a few statements, not through the
+  claim's job updates, the rest of its batch and its commit. The claim then takes at most that many
+  (exactly those jobs, for a keyed queue) in the writer's transaction, and marks each reservation used
+  there: the reservation stops counting in the same commit as its jobs start running. A reservation's
+  unused starts go back to the bucket when the next claim of its queue folds it away; one a dead node
+  left open counts until RESERVED_FOR has passed, and a claim that finds its reservation taken back
+  starts none of it. The reservation commits without waiting for the disk (synchronous_commit off): a
+  claim's own commit, which waits, is later in the log, so no claim survives a crash that its
+  reservation did not.
 
 A queue with a per-key limit and no fair rotation takes its next jobs in claim order, less those of
 full keys, when that fills the claim (the usual case: what an unlimited claim reads). Otherwise, and in
@@ -24,8 +30,10 @@ Jobs another claim reserved are passed over.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -47,7 +55,7 @@ from core.flow import (
     forgettable,
     keys_to_read,
 )
-from core.store._pg_sql import LOCK_QUEUES, SAVE_BUCKETS, SELECT_JOB, loads
+from core.store._pg_sql import LOCK_QUEUES, SELECT_JOB, TRY_WAITING, loads
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -125,12 +133,27 @@ ROOMS = (
     "WHERE r.queue = q.name AND k IS NOT NULL GROUP BY 1) AS s GROUP BY k) AS t) END "
     "FROM queues q WHERE q.name = ANY($1::text[])"
 )
+# What a claim changes of its queues' flow state, in one statement (one round trip): each queue's rate
+# bucket and fair virtual time (NULL: left as it is; one UPDATE, so no row is changed twice), the shares of
+# the keys it started (queue, key), and the keys of the queues given in $9 (those that have some) that are
+# neither ahead ($10: the queue's virtual time) nor recent ($11) forgotten, except those just written.
+_SAVE = (
+    "WITH b AS (UPDATE queues AS q SET rate_tokens = coalesce(v.tokens, q.rate_tokens), "
+    "rate_at = coalesce(v.at, q.rate_at), fair_vtime = coalesce(v.vtime, q.fair_vtime) FROM unnest($1::text[], "
+    "$2::float8[], $3::float8[], $4::float8[]) AS v(name, tokens, at, vtime) WHERE q.name = v.name), "
+    "s AS (INSERT INTO fair_shares (queue, key, served, last_at) SELECT * FROM unnest($5::text[], $6::text[], "
+    "$7::float8[], $8::float8[]) ON CONFLICT (queue, key) DO UPDATE SET served = excluded.served, "
+    "last_at = excluded.last_at), "
+    "d AS (DELETE FROM fair_shares AS f USING unnest($9::text[], $10::float8[]) AS g(queue, vtime) "
+    "WHERE f.queue = g.queue AND f.served <= g.vtime AND f.last_at < $11 AND NOT EXISTS (SELECT FROM "
+    "unnest($5::text[], $6::text[]) AS w(queue, key) WHERE w.queue = f.queue AND w.key = f.key)) "
+)
+SAVE_FLOW = f"{_SAVE}SELECT 1"
 RESERVE = "INSERT INTO claim_reservations (queue, jobs, ids, keys, expires_at) VALUES ($1, $2, $3, $4, $5) RETURNING id"
-# The last reservation of a claim, with its rate buckets (_pg_sql.SAVE_BUCKETS) in the same statement.
+# The last reservation of a claim, with what it changes of the flow state (SAVE_FLOW) in the same statement.
 RESERVE_SAVING = (
-    "WITH b AS (UPDATE queues AS q SET rate_tokens = v.tokens, rate_at = v.at FROM unnest($6::text[], "
-    "$7::float8[], $8::float8[]) AS v(name, tokens, at) WHERE q.name = v.name) "
-    "INSERT INTO claim_reservations (queue, jobs, ids, keys, expires_at) VALUES ($1, $2, $3, $4, $5) RETURNING id"
+    f"{_SAVE}INSERT INTO claim_reservations (queue, jobs, ids, keys, expires_at) VALUES ($12, $13, $14, $15, $16) "
+    "RETURNING id"
 )
 # In the claim: the reservations still open (locked: no fold takes one back while the claim commits) ...
 LOCK_RESERVATIONS = "SELECT id FROM claim_reservations WHERE id = ANY($1::bigint[]) AND used IS NULL FOR UPDATE"
@@ -143,39 +166,31 @@ USED = (
 )
 # A claim that failed gives its reservations back (one that committed after all has `used` already).
 RELEASE = "UPDATE claim_reservations SET used = 0 WHERE id = ANY($1::bigint[]) AND used IS NULL"
-# A fair claim's rotation after it, in one statement: the shares of the keys it started, the queue's
-# virtual time, and (if $6) the keys neither ahead nor recent forgotten. The keys just written are not
-# deleted (they are recent anyway; one statement must not change a row twice).
-RECORD = (
-    "WITH s AS (INSERT INTO fair_shares (queue, key, served, last_at) SELECT $1, * FROM unnest($2::text[], "
-    "$3::float8[], $4::float8[]) ON CONFLICT (queue, key) DO UPDATE SET served = excluded.served, "
-    "last_at = excluded.last_at), v AS (UPDATE queues SET fair_vtime = $5 WHERE name = $1) "
-    "DELETE FROM fair_shares WHERE $6 AND queue = $1 AND served <= $5 AND last_at < $7 AND key <> ALL($2::text[])"
-)
 
 
 @dataclass(slots=True)
 class ClaimPlan:
-    """What `reserve` left a claim: how many it may take of each limited queue (0 or left out: none), the
-    queues whose limits cut it (pickup.py), the reservation of each counted queue, a keyed queue's picks
-    (in rotation order), and when a rate limit has its next token (the engine claims again then)."""
+    """What the count left a claim: how many it may take of each limited queue (0 or left out: none), the
+    queues whose limits cut it (pickup.py), a keyed queue's picks (in rotation order) and a rate-limited
+    one's bucket before the claim, the reservation of each counted queue (`reserve`), and when a rate
+    limit has its next token (the engine claims again then)."""
 
     skip: list[str]  # the queues the claim's unlimited part leaves alone (paused, capped and limited ones)
     rooms: dict[str, int] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
+    keyed: dict[str, KeyedClaim] = field(default_factory=dict)
+    buckets: dict[str, tuple[QueueLimits, Bucket]] = field(default_factory=dict)
     reservations: dict[str, int] = field(default_factory=dict)  # queue -> claim_reservations.id
-    picks: dict[str, list[Candidate]] = field(default_factory=dict)
     wakes: list[float] = field(default_factory=list)
+    contended: bool = False  # a queue's lock was held by another claim: `reserve` waited for it
 
 
-async def reserve(c: Conn, waiting: list[str], asked: dict[str, int], offered: list[str], now: float,
-                  aging: float, skip: list[str]) -> ClaimPlan:  # fmt: skip
-    """Count, pick and reserve, for a claim of these limited queues with jobs queued (`asked`: how many
-    it would take of each), in the caller's transaction on `c`, which commits it at once."""
+async def count(c: Conn, waiting: list[str], asked: dict[str, int], offered: list[str], now: float,
+                aging: float, skip: list[str]) -> ClaimPlan:  # fmt: skip
+    """Under the locks of these limited queues with jobs queued (the caller holds them): what a claim may
+    take of each (`asked`: how many it would), and a keyed queue's picks. Writes nothing but the fold of
+    the reservations done with."""
     plan = ClaimPlan(skip)
-    await c.execute(LOCK_QUEUES, waiting)
-    buckets: dict[str, tuple[QueueLimits, Bucket]] = {}
-    made: list[tuple[str, int, list[int] | None, list[str | None] | None]] = []
     for r in await c.fetch(ROOMS, waiting, now):
         (
             name,
@@ -199,31 +214,100 @@ async def reserve(c: Conn, waiting: list[str], asked: dict[str, int], offered: l
         room = claim_room(limits, counted, bucket, now, asked[name])
         if room < asked[name] and not paused:
             plan.held.add(name)
-        picked: list[Candidate] | None = None
         if room > 0 and limits.by_key:
             running = {k: int(n) for k, n in orjson.loads(by_key).items()} if by_key else {}
-            claim = await pick(c, name, limits, vtime, offered, room, now, aging, list(reserved), running)
-            await record(c, claim, now)
-            picked = plan.picks[name] = claim.picked
-            room = len(picked)
+            claim = plan.keyed[name] = await pick(c, name, limits, vtime, offered, room, now, aging, list(reserved),
+                                                  running)  # fmt: skip
+            room = len(claim.picked)
         plan.rooms[name] = room
         if rate is not None:
-            buckets[name] = (limits, bucket.take(limits, now, room))
-        if room > 0 and (concurrency is not None or rate is not None or picked is not None):
-            if picked is None:
-                made.append((name, room, None, None))
-            else:
-                made.append((name, room, [p.id for p in picked], [p.concurrency_key for p in picked]))
-    names = sorted(buckets)
-    saved = (names, [buckets[q][1].tokens for q in names], [buckets[q][1].at for q in names])
-    for i, (name, room, ids, keys) in enumerate(made):
-        last = i == len(made) - 1
-        args = (name, room, ids, keys, now + RESERVED_FOR, *(saved if last else ()))
-        plan.reservations[name] = await c.fetchval(RESERVE_SAVING if last else RESERVE, *args)
-    if names and not made:
-        await c.execute(SAVE_BUCKETS, *saved)
-    plan.wakes = [t for limits, b in buckets.values() if (t := b.next_token_at(limits, now)) is not None]
+            plan.buckets[name] = (limits, bucket)
     return plan
+
+
+async def count_here(c: Conn, queues: list[str], asked: dict[str, int], offered: list[str], now: float,
+                     aging: float, skip: list[str]) -> ClaimPlan | None:  # fmt: skip
+    """In the claim's own transaction: `count` these limited queues (those with a job queued) if each of
+    their locks is free at once, holding them to its commit; None, having changed nothing, if another
+    claim holds one (the locks it did take go at the commit)."""
+    got = await c.fetch(TRY_WAITING, queues)
+    if not all(free for _, free in got):
+        return None
+    waiting = [q for q, _ in got]
+    return await count(c, waiting, asked, offered, now, aging, skip) if waiting else ClaimPlan(skip)
+
+
+async def lock(c: Conn, queues: list[str]) -> tuple[list[str], bool]:
+    """Take the locks of these queues that have a job queued: (those queues, whether any lock was held by
+    another claim, which this waited for)."""
+    got = await c.fetch(TRY_WAITING, queues)
+    if busy := [q for q, free in got if not free]:
+        await c.execute(LOCK_QUEUES, busy)
+    return [q for q, _ in got], bool(busy)
+
+
+async def reserve(c: Conn, queues: list[str], asked: dict[str, int], offered: list[str], now: float,
+                  aging: float, skip: list[str]) -> ClaimPlan:  # fmt: skip
+    """Lock, count, pick and reserve, for a claim of these limited queues, in the caller's transaction on
+    `c`, which commits it at once. The picks and the rate tokens are charged as reserved."""
+    waiting, contended = await lock(c, queues)
+    if not waiting:
+        return ClaimPlan(skip)
+    plan = await count(c, waiting, asked, offered, now, aging, skip)
+    plan.contended = contended
+    saved = _save_args(plan, plan.rooms, {q: k.picked for q, k in plan.keyed.items()}, now)
+    made = [(name, room) for name, room in plan.rooms.items() if room > 0]
+    for i, (name, room) in enumerate(made):
+        picked = plan.keyed[name].picked if name in plan.keyed else None
+        ids = None if picked is None else [p.id for p in picked]
+        keys = None if picked is None else [p.concurrency_key for p in picked]
+        args = (name, room, ids, keys, now + RESERVED_FOR)
+        last = i == len(made) - 1
+        plan.reservations[name] = await c.fetchval(
+            RESERVE_SAVING if last else RESERVE, *(saved + args if last else args)
+        )
+    if not made and saved[0]:
+        await c.execute(SAVE_FLOW, *saved)
+    return plan
+
+
+async def settle(c: Conn, plan: ClaimPlan, started: list[Any], now: float) -> None:
+    """In a claim that counted in its own transaction (it holds the queues' locks): the rate tokens and
+    the rotation charged with the jobs it started (`started`: the claimed jobs)."""
+    ids = {j.id for j in started}
+    picks = {q: [p for p in k.picked if p.id in ids] for q, k in plan.keyed.items()}
+    saved = _save_args(plan, Counter(j.queue for j in started), picks, now)
+    if saved[0]:
+        await c.execute(SAVE_FLOW, *saved)
+
+
+def _save_args(plan: ClaimPlan, started: Mapping[str, int], picks: dict[str, list[Candidate]],
+               now: float) -> tuple[Any, ...]:  # fmt: skip
+    """SAVE_FLOW's arguments for `started` jobs of each queue (`picks` of the keyed ones), and the wakes of
+    the rate limits they leave empty (set on the plan). Its first, the queues changed, is empty if none is."""
+    state: dict[str, list[float | None]] = {}  # queue -> [tokens, at, vtime]
+    for q, (limits, bucket) in plan.buckets.items():
+        after = bucket.take(limits, now, started.get(q, 0))
+        state[q] = [after.tokens, after.at, None]
+        if (wake := after.next_token_at(limits, now)) is not None:
+            plan.wakes.append(wake)
+    shares: list[tuple[str, str, float, float]] = []
+    forget: list[tuple[str, float]] = []
+    for q, claim in plan.keyed.items():
+        if not claim.limits.fair:
+            continue
+        changed = sorted(charge(claim.rotation, picks.get(q, []), claim.limits, now))
+        got = claim.rotation.shares or {}
+        shares += [(q, k, got[k].served, got[k].last_at) for k in changed]
+        state.setdefault(q, [None, None, None])[2] = claim.rotation.vtime
+        if forgettable(claim.rotation, now):
+            forget.append((q, claim.rotation.vtime))
+    names = sorted(state)
+    return (
+        names, [state[q][0] for q in names], [state[q][1] for q in names], [state[q][2] for q in names],
+        [s[0] for s in shares], [s[1] for s in shares], [s[2] for s in shares], [s[3] for s in shares],
+        [f[0] for f in forget], [f[1] for f in forget], now - FORGET_AFTER,
+    )  # fmt: skip
 
 
 async def _walk(c: Conn, queue: str, limits: QueueLimits, running: dict[str, int], offered: list[str],
@@ -276,17 +360,3 @@ async def pick(c: Conn, queue: str, limits: QueueLimits, vtime: float, offered: 
             again = [k for k, m in more.items() if m == n]
             await read([k for k in again if k is not None], n, None in again)
     return picking.claim
-
-
-async def record(c: Conn, claim: KeyedClaim, now: float) -> None:
-    """Charge the fair rotation with the picks (the reservation's jobs), and forget keys that are neither
-    ahead nor recent. A pick the claim then leaves (cut by the agent's slots, or cancelled meanwhile)
-    stays charged: its key waits that much longer for its next turn."""
-    if not claim.limits.fair:
-        return
-    changed = sorted(charge(claim.rotation, claim.picked, claim.limits, now))
-    shares = claim.rotation.shares or {}
-    await c.execute(
-        RECORD, claim.queue, changed, [shares[k].served for k in changed], [shares[k].last_at for k in changed],
-        claim.rotation.vtime, forgettable(claim.rotation, now), now - FORGET_AFTER,
-    )  # fmt: skip

@@ -145,25 +145,24 @@ INDEX_SCAN_ONLY = "SET LOCAL enable_seqscan = off"  # the event prune's batches 
 INDEX_SCAN_ONLY_END = "SET LOCAL enable_seqscan TO DEFAULT"
 # Which of these queues have a job queued (its first in jobs_claim_queue's order, as CLAIM_QUEUE reads it):
 # a claim locks and counts only those of its limited queues (an empty one has nothing to take).
-WAITING_QUEUES = (
-    "SELECT q FROM unnest($1::text[]) AS q WHERE (SELECT id FROM jobs WHERE state = 'queued' "
-    "AND queue = ANY(ARRAY[q]) ORDER BY queue, sort_key, id LIMIT 1) IS NOT NULL"
+_QUEUED_IN = (
+    "(SELECT q FROM unnest($1::text[]) AS q WHERE (SELECT id FROM jobs WHERE state = 'queued' "
+    "AND queue = ANY(ARRAY[q]) ORDER BY queue, sort_key, id LIMIT 1) IS NOT NULL) s"
 )
+WAITING_QUEUES = f"SELECT q FROM {_QUEUED_IN}"
 LIMITED_QUEUES = (
     "SELECT name FROM queues WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_concurrency IS NOT NULL "
     "OR fair"
 )
-# A per-queue advisory lock, held to the commit of a claim's reservation (core/store/_pg_flow.py), makes
-# count-then-reserve atomic across nodes, so every limit holds cluster-wide. Taken in name order (the
-# subquery's), so two claimers that need the same queues cannot deadlock. The counts run after it, in a
-# new snapshot.
+# A per-queue advisory lock, held to the commit of the claim's transaction that counts (its own, or its
+# reservation's: core/store/_pg_flow.py), makes count-then-take atomic across nodes, so every limit holds
+# cluster-wide. Taken in name order (the subquery's), so two claimers that need the same queues cannot
+# deadlock. The counts run after it, in a new snapshot. TRY_WAITING: the queues with a job queued, each
+# with its lock taken if it was free at once (true), or not (false: another claim holds it); a try waits
+# for nothing, so its order does not matter.
+TRY_WAITING = f"SELECT q, pg_try_advisory_xact_lock(7242, hashtext(q)) FROM {_QUEUED_IN}"
 LOCK_QUEUES = (
     "SELECT pg_advisory_xact_lock(7242, hashtext(q)) FROM (SELECT q FROM unnest($1::text[]) AS q ORDER BY q) s"
-)
-# The rate buckets after a claim's reservation, written before its commit (under the queues' advisory locks).
-SAVE_BUCKETS = (
-    "UPDATE queues AS q SET rate_tokens = v.tokens, rate_at = v.at "
-    "FROM unnest($1::text[], $2::float8[], $3::float8[]) AS v(name, tokens, at) WHERE q.name = v.name"
 )
 
 # Promotion: due jobs in due order; rows another node is promoting are skipped, not waited for.

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import asyncpg
 
@@ -110,6 +110,10 @@ POOL_SIZE = 8
 CONNECT_TIMEOUT = 10.0
 READ_RETRY_FOR = 5.0  # seconds a read waits for the database to come back
 LIMITS_FRESH_FOR = 1.0  # seconds a claim trusts the list of limited queues it read
+# Seconds a node's claims of limited queues reserve first after one found a queue's lock taken (another
+# node claims it too): a claim that counts in its own transaction holds the lock to its commit, and two
+# nodes doing so take turns (see claim_jobs).
+CONTENDED_FOR = 5.0
 # A claim's reservation commits without waiting for the disk (its claim's own commit, later in the log,
 # does), and with sorting priced out as in the claim (see _pg_sql.INDEX_ORDER_ONLY); one round trip.
 BEGIN_RESERVE = "BEGIN; SET LOCAL synchronous_commit = off; SET LOCAL enable_sort = off; SET LOCAL jit = off"
@@ -125,6 +129,15 @@ INSERT_AUDIT = (
     f"INSERT INTO audit_log ({', '.join(audit.COLUMNS)}) "
     f"VALUES ({', '.join(f'${i + 1}' for i in range(len(audit.COLUMNS)))})"
 )
+
+
+class _ClaimScope(NamedTuple):
+    """A claim's limited queues (those it may take, counted), the queues its unlimited part leaves alone
+    (paused, capped and limited ones), and how many it would take of each limited one."""
+
+    capped: list[str]
+    skip: list[str]
+    asked: dict[str, int]
 
 
 def _offered(req: ClaimRequest) -> list[str]:
@@ -161,6 +174,9 @@ class PostgresStore(
         self._limited_at = float("-inf")
         self._reserving = 0  # claims reserving now (release_writes waits for them to queue their claims)
         self._release_asked = False
+        self._contended_until = float("-inf")  # see CONTENDED_FOR
+        self._reserve_conn: Conn | None = None  # see _reserving_read
+        self._closing = False
         self._node = uuid.uuid4().hex[:12]  # this store's own rows of the pick-up history
         self.schema_version = 0
 
@@ -236,7 +252,12 @@ class PostgresStore(
             self._maintenance = None
         if self._writer is not None:
             await self._writer.stop()
+        self._closing = True
         if self._pool is not None:
+            conn, self._reserve_conn = self._reserve_conn, None
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await self._pool.release(conn)
             await self._pool.close()
 
     async def refresh_statistics(self) -> list[str]:
@@ -637,47 +658,61 @@ class PostgresStore(
         """Take up to `req.limit` queued jobs in claim order for one agent, leasing them.
 
         The queues table counts as well as the request: a queue paused through another node
-        is left alone at once, and every limit holds across nodes. A claim of limited queues
-        first reserves what it may take of them, in a short transaction of its own under their
-        locks (`reserve_claim`), then takes it beside other nodes' claims (`claim_reserved`).
-        Limited queues this node does not know of yet (its list is at most a second old) are
-        left alone too, never over-claimed."""
+        is left alone at once, and every limit holds across nodes (core/store/_pg_flow.py). A
+        claim of limited queues counts them in its own transaction, under their locks, if each
+        lock is free at once. If one is not (another node claims that queue now), the claim
+        reserves first, in a short transaction of its own under the locks (`reserve_claim`),
+        then takes what it reserved beside the other nodes' claims (`claim_reserved`); so do
+        this node's claims for CONTENDED_FOR seconds after it found a lock taken. Limited
+        queues this node does not know of yet (its list is at most a second old) are left
+        alone too, never over-claimed."""
         # Writes the engine holds for this claim (Engine.pair_with_claim: the results that freed the
-        # slots) stay held while it reserves, so they still share the claim's commit.
+        # slots) stay held while it reads and reserves, so they still share the claim's commit.
         self._reserving += 1
         try:
-            plan = await self.reserve_claim(req, now)
-            claiming = self._queue_claim(req, plan, now)
+            scope = await self._claim_scope(req)
+            contended = bool(scope.capped) and time.monotonic() < self._contended_until
+            plan = await self._reserve(req, scope, now) if contended else None
+            claiming = self._queue_claim(req, now, scope, plan)
         finally:
             self._reserving -= 1
             if not self._reserving and self._release_asked:
                 self.release_writes()
-        return await self._claimed(claiming, req, plan)
+        if (claimed := await self._claimed(claiming, req, plan)) is not None:
+            return claimed
+        # A limited queue's lock was taken (the claim wrote nothing): reserve, waiting for it, then claim.
+        self._contended_until = time.monotonic() + CONTENDED_FOR
+        return await self.claim_reserved(req, await self._reserve(req, scope, now), now)
 
-    async def reserve_claim(self, req: ClaimRequest, now: float) -> flow_sql.ClaimPlan:
-        """The first part of a claim: what it may take of each limited queue, reserved and committed
-        (core/store/_pg_flow.py `reserve`)."""
+    async def _claim_scope(self, req: ClaimRequest) -> _ClaimScope:
         if time.monotonic() - self._limited_at > LIMITS_FRESH_FOR:
             self._limited = frozenset(r[0] for r in await self._fetch(sql.LIMITED_QUEUES))
             self._limited_at = time.monotonic()
         capped = sorted(q for q in set(req.caps) | self._limited if q not in req.paused
                         and (req.queues is None or q in req.queues))  # fmt: skip
         skip = sorted(set(req.paused) | set(req.caps) | set(capped))  # the unlimited part of the claim leaves these
-        if not capped:
-            return flow_sql.ClaimPlan(skip=skip)
-        asked = {q: min(req.limit, req.caps.get(q, req.limit)) for q in capped}
+        return _ClaimScope(capped, skip, {q: min(req.limit, req.caps.get(q, req.limit)) for q in capped})
+
+    async def reserve_claim(self, req: ClaimRequest, now: float) -> flow_sql.ClaimPlan:
+        """The first part of a claim through a reservation: what it may take of each limited queue,
+        reserved and committed (core/store/_pg_flow.py `reserve`)."""
+        return await self._reserve(req, await self._claim_scope(req), now)
+
+    async def _reserve(self, req: ClaimRequest, scope: _ClaimScope, now: float) -> flow_sql.ClaimPlan:
+        if not scope.capped:
+            return flow_sql.ClaimPlan(scope.skip)
         offered, aging = _offered(req), self.policy.aging_seconds_per_priority
 
         async def op(c: Conn) -> flow_sql.ClaimPlan:
             # Only the limited queues with a job queued are locked and counted (one left out is in `skip`:
-            # taken nothing of). The check is a read of its own: most claims of a node with limits anywhere
-            # find nothing queued in them, and need no transaction.
-            if not (waiting := [r[0] for r in await c.fetch(sql.WAITING_QUEUES, capped)]):
-                return flow_sql.ClaimPlan(skip)
+            # taken nothing of). Most claims of a node with limits anywhere find nothing queued in them,
+            # and need no transaction.
+            if not (waiting := [r[0] for r in await c.fetch(sql.WAITING_QUEUES, scope.capped)]):
+                return flow_sql.ClaimPlan(scope.skip)
             for attempt in itertools.count(1):
                 await c.execute(BEGIN_RESERVE)
                 try:
-                    plan = await flow_sql.reserve(c, waiting, asked, offered, now, aging, skip)
+                    plan = await flow_sql.reserve(c, waiting, scope.asked, offered, now, aging, scope.skip)
                     await c.execute("COMMIT")
                     return plan
                 except BaseException as exc:
@@ -687,40 +722,77 @@ class PostgresStore(
                         raise  # a deadlock with a claim (it waited on a row) is tried again
             raise AssertionError("unreachable")
 
-        return await self._read(op)
+        plan = await self._reserving_read(op)
+        if plan.contended:
+            self._contended_until = time.monotonic() + CONTENDED_FOR
+        return plan
+
+    async def _reserving_read(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run `fn`, which ends every transaction it begins, on the connection this node keeps for its
+        reservations: one handed back to the pool after each claim is reset (a round trip, ~10 ms at
+        load 4-8). A claim that finds it in use by another takes a pooled one."""
+        if self._pool is None:
+            raise Unavailable("the store is not open")
+        conn, self._reserve_conn = self._reserve_conn, None
+        try:
+            conn = conn or await self._pool.acquire()
+            result = await fn(conn)
+        except BaseException as exc:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await self._pool.release(conn)
+            if isinstance(exc, Exception) and is_connection_error(exc):
+                return await self._read(fn)  # the database went away: tried again while it comes back
+            raise
+        if self._reserve_conn is None and not self._closing and not conn.is_closed():
+            self._reserve_conn = conn
+        else:
+            await self._pool.release(conn)
+        return result
 
     async def claim_reserved(self, req: ClaimRequest, plan: flow_sql.ClaimPlan, now: float) -> list[Job]:
-        """The second part of a claim, in the writer's transaction: the next jobs of the unlimited queues
-        and what `plan` reserved of the limited ones (a reservation taken back, because it outlived
-        RESERVED_FOR, is taken nothing of: its room went to other claims), each reservation then marked
-        used in the same commit as its jobs start running."""
-        return await self._claimed(self._queue_claim(req, plan, now), req, plan)
+        """The second part of a claim through a reservation, in the writer's transaction: the next jobs
+        of the unlimited queues and what `plan` reserved of the limited ones (a reservation taken back,
+        because it outlived RESERVED_FOR, is taken nothing of: its room went to other claims), each
+        reservation then marked used in the same commit as its jobs start running."""
+        claimed = await self._claimed(self._queue_claim(req, now, _ClaimScope([], plan.skip, {}), plan), req, plan)
+        assert claimed is not None  # a claim with its plan takes no lock
+        return claimed
 
-    def _queue_claim(self, req: ClaimRequest, plan: flow_sql.ClaimPlan, now: float) -> asyncio.Future[list[Job]]:
-        offered = _offered(req)
-        held = set(req.held) | plan.held  # queues whose limits cut this claim short (pickup.py)
+    def _queue_claim(
+        self, req: ClaimRequest, now: float, scope: _ClaimScope, plan: flow_sql.ClaimPlan | None
+    ) -> asyncio.Future[tuple[list[Job], flow_sql.ClaimPlan] | None]:
+        """The claim's writer op: with `plan` (reserved), what it reserved; without, it counts the limited
+        queues itself under their locks if each is free at once, else gives None having written nothing."""
+        offered, aging = _offered(req), self.policy.aging_seconds_per_priority
 
-        async def op(tx: PgTx) -> list[Job]:
+        async def op(tx: PgTx) -> tuple[list[Job], flow_sql.ClaimPlan] | None:
             c = tx.conn
-            open_ = set(plan.reservations.values())
+            open_ = set(plan.reservations.values()) if plan is not None else set()
             if open_:  # locked: no other claim's fold takes one back while this one commits
                 open_ = {r[0] for r in await c.fetch(flow_sql.LOCK_RESERVATIONS, sorted(open_))}
             rows: list[asyncpg.Record] = []
             keyed: list[tuple[tuple[float, int], asyncpg.Record]] = []
             await c.execute(sql.INDEX_ORDER_ONLY)
             try:
+                p = plan or flow_sql.ClaimPlan(scope.skip)
+                if plan is None and scope.capped:
+                    got = await flow_sql.count_here(c, scope.capped, scope.asked, offered, now, aging, scope.skip)
+                    if got is None:
+                        return None
+                    p = got
                 if req.queues is None:
-                    rows = await c.fetch(sql.CLAIM_ANY, offered, plan.skip, req.limit, now)
-                elif allowed := sorted(req.queues - set(plan.skip)):
+                    rows = await c.fetch(sql.CLAIM_ANY, offered, p.skip, req.limit, now)
+                elif allowed := sorted(req.queues - set(p.skip)):
                     rows = await c.fetch(sql.CLAIM_IN, offered, allowed, req.limit, now)
-                for q, room in plan.rooms.items():
-                    rid = plan.reservations.get(q)
+                for q, room in p.rooms.items():
+                    rid = p.reservations.get(q)
                     if room <= 0 or (rid is not None and rid not in open_):
                         continue
-                    if (picked := plan.picks.get(q)) is not None:  # picks keep their rotation's order (merge_keys)
-                        got = {r["id"]: r for r in await c.fetch(flow_sql.CLAIM_PICKED, [p.id for p in picked])}
-                        keyed += [(mk, got[p.id]) for mk, p in zip(merge_keys(picked), picked, strict=True)
-                                  if p.id in got]  # fmt: skip
+                    if (k := p.keyed.get(q)) is not None:  # picks keep their rotation's order (merge_keys)
+                        got_ = {r["id"]: r for r in await c.fetch(flow_sql.CLAIM_PICKED, [x.id for x in k.picked])}
+                        keyed += [(mk, got_[x.id]) for mk, x in zip(merge_keys(k.picked), k.picked, strict=True)
+                                  if x.id in got_]  # fmt: skip
                     else:
                         rows += await c.fetch(sql.CLAIM_QUEUE, offered, [q], room, now)
             finally:
@@ -730,7 +802,7 @@ class PostgresStore(
                 ordered.sort(key=lambda kr: kr[0])
                 rows = [r for _, r in ordered]
             jobs = sql.to_jobs(rows)
-            if plan.rooms:
+            if p.rooms:
                 if not keyed:
                     jobs.sort(key=lambda j: (j.sort_key, j.id))
                 del jobs[req.limit :]  # the rows cut here stay locked until commit; others skip them meanwhile
@@ -738,26 +810,34 @@ class PostgresStore(
             claimed = [applier.apply(j, decide_claim(j, req.agent, now, self.policy)) for j in jobs]
             await applier.flush()
             if self.record_pickup:
-                await pickup_sql.pg_record(c, self._node, claimed, held, now)
+                await pickup_sql.pg_record(c, self._node, claimed, set(req.held) | p.held, now)
+            if plan is None and p.rooms:  # counted here: the buckets and the rotation charged with what started
+                await flow_sql.settle(c, p, claimed, now)
             if open_:  # the reservations stop counting as their jobs start running: in this commit
                 started = Counter(j.queue for j in claimed)
-                used = {rid: started[q] for q, rid in plan.reservations.items() if rid in open_}
+                used = {rid: started[q] for q, rid in p.reservations.items() if rid in open_}
                 await c.execute(flow_sql.USED, list(used), list(used.values()))
-            return claimed
+            return claimed, p
 
         return self._write(op)
 
     async def _claimed(
-        self, claiming: asyncio.Future[list[Job]], req: ClaimRequest, plan: flow_sql.ClaimPlan
-    ) -> list[Job]:
+        self,
+        claiming: asyncio.Future[tuple[list[Job], flow_sql.ClaimPlan] | None],
+        req: ClaimRequest,
+        plan: flow_sql.ClaimPlan | None,
+    ) -> list[Job] | None:
         try:
-            claimed = await claiming
+            got = await claiming
         except BaseException:
-            if plan.reservations:  # given back now, not after RESERVED_FOR (one that committed is used already)
-                with contextlib.suppress(Exception):
+            if plan is not None and plan.reservations:  # given back now, not after RESERVED_FOR (one that
+                with contextlib.suppress(Exception):  # committed is used already)
                     await self._read(lambda c: c.execute(flow_sql.RELEASE, list(plan.reservations.values())))
             raise
-        for wake in plan.wakes:
+        if got is None:
+            return None
+        claimed, p = got
+        for wake in p.wakes:
             req.note_wake(wake)
         return claimed
 

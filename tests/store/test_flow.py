@@ -228,6 +228,38 @@ async def test_a_claim_whose_reservation_expired_and_was_taken_back_starts_none_
 
 
 @two_nodes
+async def test_a_claim_counts_in_its_own_transaction_until_another_holds_the_queues_lock(kit: StoreKit) -> None:
+    """Alone, a claim of a limited queue counts and claims in one transaction: no reservation is written.
+    One that finds the queue's lock taken (another node's claim counting) waits for it through a
+    reservation and still gets its jobs; the node's next claims reserve first (the lock is contended)."""
+    import asyncpg
+
+    async def reservations() -> int:
+        return int(await kit.store._fetchval("SELECT count(*) FROM claim_reservations"))
+
+    t0 = utcnow()
+    await submit(kit.store, *({"queue": "api"} for _ in range(10)), now=t0)
+    await kit.store.update_queue("api", {"concurrency": 6}, t0)
+    assert len(await kit.store.claim_jobs(claim(limit=2), t0)) == 2
+    assert await reservations() == 0, "a claim whose lock was free counts in its own transaction"
+    other = await asyncpg.connect(kit.url)
+    lock = other.transaction()
+    await lock.start()
+    try:  # another node's claim holds api's lock until its commit
+        await other.execute("SELECT pg_advisory_xact_lock(7242, hashtext('api'))")
+        waiting = asyncio.ensure_future(kit.store.claim_jobs(claim(limit=2), t0))
+        await asyncio.sleep(0.3)
+        assert not waiting.done(), "the claim did not wait for the queue's lock"
+    finally:
+        await lock.rollback()
+        await other.close()
+    assert len(await waiting) == 2, "the claim that waited got its jobs"
+    assert await reservations() == 1, "it reserved (its reservation is folded away by the next claim)"
+    assert len(await kit.store.claim_jobs(claim(limit=5), t0)) == 2, "6 running: at the limit"
+    assert await reservations() == 1, "the lock was taken a moment ago: the next claim reserved too"
+
+
+@two_nodes
 async def test_results_held_for_a_claim_of_a_limited_queue_still_share_its_commit(kit: StoreKit) -> None:
     """The engine holds the results that freed an agent's slots until the claim that fills them is
     queued (Engine.pair_with_claim), and lets them go as the claim starts: one commit for both. A

@@ -53,6 +53,7 @@ QUERIES: list[tuple[str, str, tuple[Any, ...], str | tuple[str, ...]]] = [
     ("claim: next queued jobs, any queue", sql.CLAIM_ANY, ([], [], 512, NOW), "jobs_claim"),
     ("claim: next queued jobs of one (limited) queue", sql.CLAIM_QUEUE, ([], ["q3"], 10, NOW), "jobs_claim_queue"),
     ("claim: which limited queues have a job queued", sql.WAITING_QUEUES, (["q3", "q4"],), "jobs_claim_queue"),
+    ("claim: the same, their locks taken if free", sql.TRY_WAITING, (["q3", "q4"],), "jobs_claim_queue"),
     (
         "claim: a fair queue's keys (skip scan) and shares",
         flow_sql.SQL["fairness_key"][0],
