@@ -55,7 +55,7 @@ from core.flow import (
     forgettable,
     keys_to_read,
 )
-from core.store._pg_sql import LOCK_QUEUES, SELECT_JOB, TRY_WAITING, loads
+from core.store._pg_sql import JOB_COLUMNS, LOCK_QUEUES, SELECT_JOB, TRY_WAITING, loads
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -79,17 +79,19 @@ def _keys_sql(col: str) -> str:
     return f"{keys}{shares}SELECT key, NULL::float8, NULL::float8, true FROM w"
 
 
-def _heads_sql(col: str) -> str:
+def _heads_sql(col: str, whole: bool) -> str:
     """Each key's next `$4` queued jobs (a LATERAL probe per key, never past its backlog) and the next `$4`
-    without a key, as candidates, passing over the jobs other claims reserved ($7): every candidate of the
-    pick in one statement. No row is locked: the queue's lock keeps other picks out, and the claim locks
-    (and checks) the jobs it picked."""
+    without a key, passing over the jobs other claims reserved ($7): every candidate of the pick in one
+    statement. For a reservation, as candidates, unlocked: the queue's lock keeps other picks out, and
+    the claim locks (and checks) the jobs it picked. In the claim's own transaction, `whole` rows, locked
+    (SKIP LOCKED skips only other transactions' rows: one read again is this claim's already)."""
+    select, lock = (SELECT_JOB, " FOR UPDATE SKIP LOCKED") if whole else (_CANDIDATE, "")
     # `key <= k.key AND key >= k.key`, not `=`: an equality drops the key out of the ORDER BY, and with
     # stale statistics the planner then took jobs_claim (sort_key, id) for the order, reading every queued
     # job for each key; as a range, jobs_claim_fair is the only plan that needs no sort.
-    heads = (f"h AS (SELECT j.* FROM unnest($3::text[]) AS k(key) CROSS JOIN LATERAL ({_CANDIDATE} "
+    heads = (f"h AS (SELECT j.* FROM unnest($3::text[]) AS k(key) CROSS JOIN LATERAL ({select} "
              f"WHERE state = 'queued' AND {col} IS NOT NULL AND queue = $1 AND {col} >= k.key AND {col} <= k.key "
-             f"AND {_DUE} AND {_LABELS} AND id <> ALL($7::bigint[]) ORDER BY {col}, sort_key, id LIMIT $4) AS j)")  # fmt: skip
+             f"AND {_DUE} AND {_LABELS} AND id <> ALL($7::bigint[]) ORDER BY {col}, sort_key, id LIMIT $4{lock}) AS j)")  # fmt: skip
     # Jobs without a key among the queue's first NULL_WINDOW queued jobs (its claim index, in order: `= ANY`
     # of a one-queue array keeps jobs_claim_queue the only sort-free plan, see CLAIM_QUEUE), each then read by
     # its row address in that order (a TID scan: no index for the planner to get wrong). An ORDER BY over the
@@ -97,18 +99,22 @@ def _heads_sql(col: str) -> str:
     window = (f"w AS MATERIALIZED (SELECT t FROM (SELECT ctid AS t, {col} AS key FROM jobs WHERE state = 'queued' "
               f"AND queue = ANY($5::text[]) AND {_DUE} ORDER BY queue, sort_key, id LIMIT {NULL_WINDOW}) AS f "
               "WHERE key IS NULL)")  # fmt: skip
-    unkeyed = (f"u AS (SELECT j.* FROM w CROSS JOIN LATERAL ({_CANDIDATE} WHERE ctid = w.t "
-               f"AND {col} IS NULL AND state = 'queued' AND {_LABELS} AND id <> ALL($7::bigint[])) AS j LIMIT $4)")  # fmt: skip
+    unkeyed = (f"u AS (SELECT j.* FROM w CROSS JOIN LATERAL ({select} WHERE ctid = w.t "
+               f"AND {col} IS NULL AND state = 'queued' AND {_LABELS} AND id <> ALL($7::bigint[]){lock}) AS j LIMIT $4)")  # fmt: skip
     return f"WITH {heads}, {window}, {unkeyed} SELECT * FROM h UNION ALL SELECT * FROM u"
 
 
-SQL = {col: (_keys_sql(col), _heads_sql(col)) for col in ("fairness_key", "concurrency_key")}
-# A per-key queue's next `$3` jobs in claim order (as CLAIM_QUEUE walks them), less those reserved ($5).
-WALK = (
-    f"{_CANDIDATE} WHERE state = 'queued' AND (fire_time IS NULL OR run_at <= $4) "
+#: (col, whole) -> (keys, heads): see `_heads_sql` for `whole`
+SQL = {(col, whole): (_keys_sql(col), _heads_sql(col, whole)) for col in (_FAIR, _KEY) for whole in (False, True)}
+# A per-key queue's next `$3` jobs in claim order (as CLAIM_QUEUE walks them), less those reserved ($5):
+# candidates for a reservation, whole rows locked in the claim's own transaction.
+_WALK = (
+    "WHERE state = 'queued' AND (fire_time IS NULL OR run_at <= $4) "
     "AND (labels = '' OR string_to_array(labels, ',') <@ $1::text[]) AND queue = ANY($2::text[]) "
     "AND id <> ALL($5::bigint[]) ORDER BY queue, sort_key, id LIMIT $3"
 )
+WALK = {False: f"{_CANDIDATE} {_WALK}", True: f"{SELECT_JOB} {_WALK} FOR UPDATE SKIP LOCKED"}
+_AS_CANDIDATE = [JOB_COLUMNS.index(c) for c in CANDIDATE_COLUMNS.split(", ")]  # a whole row's candidate fields
 # Under the queues' locks, in one statement (one snapshot: a claim that commits between two statements
 # would count in neither): reservations done with deleted (used: their claims committed; or open past
 # their expiry, a dead node's, unless its claim is committing right now and holds it), and each queue's
@@ -186,10 +192,10 @@ class ClaimPlan:
 
 
 async def count(c: Conn, waiting: list[str], asked: dict[str, int], offered: list[str], now: float,
-                aging: float, skip: list[str]) -> ClaimPlan:  # fmt: skip
+                aging: float, skip: list[str], whole: bool = False) -> ClaimPlan:  # fmt: skip
     """Under the locks of these limited queues with jobs queued (the caller holds them): what a claim may
-    take of each (`asked`: how many it would), and a keyed queue's picks. Writes nothing but the fold of
-    the reservations done with."""
+    take of each (`asked`: how many it would), and a keyed queue's picks (`whole`: their rows too, locked,
+    in the claim's own transaction). Writes nothing but the fold of the reservations done with."""
     plan = ClaimPlan(skip)
     for r in await c.fetch(ROOMS, waiting, now):
         (
@@ -217,7 +223,7 @@ async def count(c: Conn, waiting: list[str], asked: dict[str, int], offered: lis
         if room > 0 and limits.by_key:
             running = {k: int(n) for k, n in orjson.loads(by_key).items()} if by_key else {}
             claim = plan.keyed[name] = await pick(c, name, limits, vtime, offered, room, now, aging, list(reserved),
-                                                  running)  # fmt: skip
+                                                  running, whole)  # fmt: skip
             room = len(claim.picked)
         plan.rooms[name] = room
         if rate is not None:
@@ -234,7 +240,7 @@ async def count_here(c: Conn, queues: list[str], asked: dict[str, int], offered:
     if not all(free for _, free in got):
         return None
     waiting = [q for q, _ in got]
-    return await count(c, waiting, asked, offered, now, aging, skip) if waiting else ClaimPlan(skip)
+    return await count(c, waiting, asked, offered, now, aging, skip, whole=True) if waiting else ClaimPlan(skip)
 
 
 async def lock(c: Conn, queues: list[str]) -> tuple[list[str], bool]:
@@ -311,32 +317,35 @@ def _save_args(plan: ClaimPlan, started: Mapping[str, int], picks: dict[str, lis
 
 
 async def _walk(c: Conn, queue: str, limits: QueueLimits, running: dict[str, int], offered: list[str],
-                room: int, now: float, reserved: list[int]) -> KeyedClaim | None:  # fmt: skip
+                room: int, now: float, reserved: list[int], whole: bool) -> KeyedClaim | None:  # fmt: skip
     """A per-key limit without fair rotation: the queue's next `room` jobs in claim order (as an unlimited
     claim takes them), less those of full keys. None if that left room while more jobs wait: then each
     key's head is read instead."""
-    rows = await c.fetch(WALK, offered, [queue], room, now, reserved)
-    counts, picked = dict(running), []
+    rows = await c.fetch(WALK[whole], offered, [queue], room, now, reserved)
+    counts, picked, kept = dict(running), [], []
     for r in rows:
         ck = r["concurrency_key"]
         if ck is not None and limits.key_concurrency is not None and counts.get(ck, 0) >= limits.key_concurrency:
             continue
         if ck is not None:
             counts[ck] = counts.get(ck, 0) + 1
-        picked.append(Candidate(*r))
+        picked.append(Candidate(*(r[i] for i in _AS_CANDIDATE)) if whole else Candidate(*r))
+        kept.append(r)
     if len(picked) < room and len(rows) == room:
         return None
-    return KeyedClaim(queue, limits, Rotation(), picked, [])
+    return KeyedClaim(queue, limits, Rotation(), picked, kept if whole else [])
 
 
 async def pick(c: Conn, queue: str, limits: QueueLimits, vtime: float, offered: list[str], room: int,
-               now: float, aging: float, reserved: list[int], running: dict[str, int]) -> KeyedClaim:  # fmt: skip
+               now: float, aging: float, reserved: list[int], running: dict[str, int],
+               whole: bool) -> KeyedClaim:  # fmt: skip
     """Read each key's next queued jobs (those no open reservation holds) and `pick` up to `room` of them
-    (`running`: each concurrency key's running jobs and reserved starts):
-    in a fair queue two statements, the keys with the rotation's shares, then every candidate."""
-    col = "fairness_key" if limits.fair else "concurrency_key"
-    keys_sql, heads_sql = SQL[col]
-    if not limits.fair and (walked := await _walk(c, queue, limits, running, offered, room, now, reserved)):
+    (`running`: each concurrency key's running jobs and reserved starts; `whole`: the picks' rows too, in
+    the claim's `rows`, locked): in a fair queue two statements, the keys with the rotation's shares, then
+    every candidate."""
+    col = _FAIR if limits.fair else _KEY
+    keys_sql, heads_sql = SQL[col, whole]
+    if not limits.fair and (walked := await _walk(c, queue, limits, running, offered, room, now, reserved, whole)):
         return walked
     shares: dict[str, Share] = {}
     found = []
@@ -348,10 +357,15 @@ async def pick(c: Conn, queue: str, limits: QueueLimits, vtime: float, offered: 
     rotation = Rotation(vtime, shares)
     keys, per = keys_to_read(found, limits, running, rotation, room)
     by_key: dict[str | None, list[tuple[int, float, int, str | None, str | None]]] = {}
+    rows: dict[int, Any] = {}
 
     async def read(keys: list[str], per: int, keyless: bool) -> None:
         for r in await c.fetch(heads_sql, queue, offered, keys, per, [queue] if keyless else [], now, reserved):
-            by_key.setdefault(r[col], []).append(tuple(r))
+            if whole:
+                rows[r["id"]] = r
+                by_key.setdefault(r[col], []).append(tuple(r[i] for i in _AS_CANDIDATE))
+            else:
+                by_key.setdefault(r[col], []).append(tuple(r))
 
     await read(keys, per, True)
     picking = KeyedPick(queue, room, limits, running, rotation, now, aging, by_key, per)
@@ -359,4 +373,6 @@ async def pick(c: Conn, queue: str, limits: QueueLimits, vtime: float, offered: 
         for n in sorted(set(more.values())):
             again = [k for k, m in more.items() if m == n]
             await read([k for k in again if k is not None], n, None in again)
-    return picking.claim
+    claim = picking.claim
+    claim.rows = [rows[p.id] for p in claim.picked] if whole else []
+    return claim

@@ -790,7 +790,10 @@ class PostgresStore(
                     if room <= 0 or (rid is not None and rid not in open_):
                         continue
                     if (k := p.keyed.get(q)) is not None:  # picks keep their rotation's order (merge_keys)
-                        got_ = {r["id"]: r for r in await c.fetch(flow_sql.CLAIM_PICKED, [x.id for x in k.picked])}
+                        if k.rows:  # read whole and locked by the pick, in this transaction
+                            got_ = {r["id"]: r for r in k.rows}
+                        else:
+                            got_ = {r["id"]: r for r in await c.fetch(flow_sql.CLAIM_PICKED, [x.id for x in k.picked])}
                         keyed += [(mk, got_[x.id]) for mk, x in zip(merge_keys(k.picked), k.picked, strict=True)
                                   if x.id in got_]  # fmt: skip
                     else:

@@ -56,15 +56,27 @@ QUERIES: list[tuple[str, str, tuple[Any, ...], str | tuple[str, ...]]] = [
     ("claim: the same, their locks taken if free", sql.TRY_WAITING, (["q3", "q4"],), "jobs_claim_queue"),
     (
         "claim: a fair queue's keys (skip scan) and shares",
-        flow_sql.SQL["fairness_key"][0],
+        flow_sql.SQL["fairness_key", False][0],
         ("q3", 10_000, True),
         "jobs_claim_fair",
     ),
     # each key's next jobs from its own range; those without a key from the queue's first jobs, never jobs_claim
     (
         "claim: a fair queue's candidates",
-        flow_sql.SQL["fairness_key"][1],
+        flow_sql.SQL["fairness_key", False][1],
         ("q3", [], ["a", "b"], 4, ["q3"], NOW, []),
+        "jobs_claim_queue",
+    ),
+    (
+        "claim: a fair queue's candidates, whole and locked",
+        flow_sql.SQL["fairness_key", True][1],
+        ("q3", [], ["a", "b"], 4, ["q3"], NOW, []),
+        "jobs_claim_queue",
+    ),
+    (
+        "claim: a per-key queue's next jobs, whole and locked",
+        flow_sql.WALK[True],
+        ([], ["q3"], 10, NOW, []),
         "jobs_claim_queue",
     ),
     ("promote: due scheduled and failed jobs", sql.PROMOTE_DUE, (NOW, 1000), "jobs_due"),
