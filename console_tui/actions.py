@@ -109,6 +109,15 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("rate_limit", "L", "Rate limit", ("queues",), "queues.configure", help="jobs started per second"),
     ActionSpec("key_limit", "K", "Key limit", ("queues",), "queues.configure", help="jobs of one concurrency key"),
     ActionSpec(
+        "fair_share",
+        "W",
+        "Fair share",
+        ("queues",),
+        "queues.configure",
+        show=False,  # the footer is full: in the help and the command palette
+        help="claims rotate between fairness keys (on / off) and each key's weight",
+    ),
+    ActionSpec(
         "breaker_settings",
         "B",
         "Breakers",

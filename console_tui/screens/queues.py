@@ -77,7 +77,11 @@ class QueuesView(TableView):
         out.append(f"{q['name']}", style="bold")
         u = self.usage if self.usage and self.usage.get("queue") == q["name"] else None
         limit = q.get("key_concurrency")
-        out.append(" — per concurrency key: " + ("no limit" if limit is None else f"at most {limit} running") + "\n")
+        out.append(" — per concurrency key: " + ("no limit" if limit is None else f"at most {limit} running"))
+        weights = " ".join(f"{k}={v:g}" for k, v in sorted((q.get("fairness_weights") or {}).items()))
+        out.append(
+            f" — fair share: {'on' if q.get('fair') else 'off'}" + (f", weights {weights}" if weights else "") + "\n"
+        )
         if u is not None:
             running = u["running_by_concurrency_key"]
             out.append("  running  ", style="bold")
@@ -219,6 +223,20 @@ class QueuesView(TableView):
                                               "jobs of one concurrency key running at once ('none': no limit)", submit,
                                               value=current))  # fmt: skip
 
+    async def action_fair_share(self) -> None:
+        q = self.current()
+        if q is None:
+            return
+        client = self.console.client
+
+        async def submit(text: str) -> Json:
+            return await client.update_queue(q["name"], **parse_fair_share(text))
+
+        self.console.push_screen(PromptScreen(f"Fair share of queue {q['name']}",
+                                              "'on' or 'off' (claims rotate between fairness keys), then each key's "
+                                              "weight as KEY=N, e.g. 'on gold=3 free=1' ('none': every weight 1)",
+                                              submit, value=fair_share_text(q)))  # fmt: skip
+
     async def action_breaker_settings(self) -> None:
         q = self.current()
         if q is None:
@@ -258,6 +276,37 @@ class QueuesView(TableView):
                                               f"the host whose breaker closes now, the jobs it held going at once "
                                               f"(open now: {open_now})",
                                               submit, value=shut[0]["host"]))  # fmt: skip
+
+
+def fair_share_text(q: Json) -> str:
+    """A queue's fair share as the prompt takes it: 'on gold=3 free=1', 'off'."""
+    weights = q.get("fairness_weights") or {}
+    return " ".join(["on" if q.get("fair") else "off", *(f"{k}={v:g}" for k, v in sorted(weights.items()))])
+
+
+def parse_fair_share(text: str) -> dict[str, Any]:
+    """The queue settings of the fair-share prompt's words: on / off, KEY=N weights (the whole set: a key
+    left out goes back to 1), 'none' (every weight 1). ValueError says which word it cannot use."""
+    out: dict[str, Any] = {}
+    weights: dict[str, float] = {}
+    for word in text.split():
+        if word.lower() in ("on", "off"):
+            out["fair"] = word.lower() == "on"
+        elif word.lower() == "none":
+            out["fairness_weights"] = None
+        elif "=" in word:
+            key, _, n = word.partition("=")
+            try:
+                weights[key] = float(n)
+            except ValueError:
+                raise ValueError(f"the weight of {key!r} is not a number: {n!r}") from None
+        else:
+            raise ValueError(f"{word!r}: say on or off, and KEY=N for a key's weight")
+    if weights:
+        out["fairness_weights"] = weights
+    if not out:
+        raise ValueError("say on or off, and KEY=N for a key's weight ('none': every weight 1)")
+    return out
 
 
 #: the words of the breaker prompt -> the queue settings they set

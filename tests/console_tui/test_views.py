@@ -56,10 +56,19 @@ async def test_queue_pause_resume_and_concurrency(node: ServerProcess, api: JobD
         app.screen.query_one("#value").value = "2"
         await pilot.press("enter")
         await until(lambda: queues.items["ops-q"].get("key_concurrency") == 2, 15, "the per-key limit shown")
+        await pilot.press("W")
+        await until(lambda: isinstance(app.screen, PromptScreen), 15, "the fair-share prompt")
+        assert app.screen.query_one("#value").value == "off", "no rotation, no weights yet"
+        app.screen.query_one("#value").value = "on gold=3 free=1"
+        await pilot.press("enter")
+        await until(lambda: queues.items["ops-q"].get("fair") is True, 15, "fair share shown on")
         [q] = [q for q in await api.queues() if q["name"] == "ops-q"]
         assert (q["rate_limit"], q["rate_burst"], q["key_concurrency"]) == (2.5, 4, 2), q
+        assert (q["fair"], q["fairness_weights"]) == (True, {"gold": 3.0, "free": 1.0}), q
         row = [str(c) for c in queues.table.get_row("ops-q")]
-        assert "2.5/s ×4" in row and "2" in row, row
+        assert "2.5/s ×4" in row and "2 fair" in row, row
+        await until(lambda: "fair share: on, weights free=1 gold=3" in str(queues.query_one("#keys").render()), 15,
+                    "the weights under the table")  # fmt: skip
 
 
 async def test_schedule_pause_resume(node: ServerProcess, api: JobDeckClient) -> None:
@@ -298,3 +307,15 @@ async def test_a_queues_breaker_numbers_are_edited_and_an_open_breaker_reset_fro
             assert b["state"] == "closed", b
     finally:
         host.server.shutdown()
+
+
+def test_the_fair_share_prompt_reads_on_off_and_weights_and_says_which_word_it_cannot_use() -> None:
+    from console_tui.screens.queues import fair_share_text, parse_fair_share
+
+    assert parse_fair_share("on gold=3 free=0.5") == {"fair": True, "fairness_weights": {"gold": 3.0, "free": 0.5}}
+    assert parse_fair_share("off none") == {"fair": False, "fairness_weights": None}
+    assert fair_share_text({"fair": True, "fairness_weights": {"b": 2.0, "a": 1.5}}) == "on a=1.5 b=2"
+    for text, says in (("gold=x", "the weight of 'gold' is not a number"), ("maybe", "'maybe': say on or off"),
+                       ("", "say on or off")):  # fmt: skip
+        with pytest.raises(ValueError, match=says):
+            parse_fair_share(text)

@@ -248,11 +248,22 @@ def test_queue_limits_are_shown_and_changed_from_the_queues_page(open_page: Open
     dialog.locator("#rate-value").fill("2.5")
     dialog.locator("#burst-value").fill("4")
     dialog.locator("#key-value").fill("3")
+    dialog.locator("#fair-value").click()
+    dialog.locator("#weights-value").fill("gold=3, free=1")
     dialog.get_by_role("button", name="Save").click()
     expect(row.locator(".queue-rate")).to_have_text("2.5/s (burst 4)")
-    expect(row.locator(".queue-keys")).to_have_text("3")
+    expect(row.locator(".queue-keys")).to_contain_text("3")
+    expect(row.locator(".queue-keys")).to_contain_text("fair")
+    expect(row.locator(".queue-weights")).to_have_text(" free=1, gold=3")
     [q] = [q for q in api(web, "queues") if q["name"] == "limits-q"]
     assert (q["rate_limit"], q["rate_burst"], q["key_concurrency"], q["concurrency"]) == (2.5, 4, 3, None), q
+    assert (q["fair"], q["fairness_weights"]) == (True, {"gold": 3.0, "free": 1.0}), q
+    row.get_by_role("button", name="Limit").click()  # a weight that is not KEY=N is refused, nothing saved
+    dialog.locator("#weights-value").fill("gold=lots")
+    dialog.get_by_role("button", name="Save").click()
+    expect(page.get_by_text("weights: 'gold=lots' is not KEY=N")).to_be_visible()
+    [q] = [q for q in api(web, "queues") if q["name"] == "limits-q"]
+    assert q["fairness_weights"] == {"gold": 3.0, "free": 1.0}, q
 
 
 def test_the_queues_page_shows_per_key_usage_and_circuit_breakers(open_page: OpenPage, web: Dashboard) -> None:

@@ -21,7 +21,27 @@ def _text(value: Any) -> str:
     return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-@page_state("/queues", editable=("limit_value", "rate_value", "burst_value", "key_value", *(f for f, _, _ in
+def weights_text(weights: dict[str, float] | None) -> str:
+    """A queue's fairness weights as the dialog shows them: 'free=1, gold=3' ('' for none)."""
+    return ", ".join(f"{k}={v:g}" for k, v in sorted((weights or {}).items()))
+
+
+def parse_weights(text: str) -> dict[str, float] | None:
+    """The dialog's weights text as a setting (None: every key 1); ValueError names the part it cannot read."""
+    out: dict[str, float] = {}
+    for part in text.replace(",", " ").split():
+        key, eq, n = part.partition("=")
+        try:
+            if not key or not eq:
+                raise ValueError
+            out[key] = float(n)
+        except ValueError:
+            raise ValueError(f"weights: {part!r} is not KEY=N (a fairness key and its weight)") from None
+    return out or None
+
+
+@page_state("/queues", editable=("limit_value", "rate_value", "burst_value", "key_value", "weights_value",
+                                 *(f for f, _, _ in
                                  BREAKER_FIELDS), "mode_value"))  # fmt: skip
 class QueuesState(AppState):
     """The Queues page."""
@@ -35,6 +55,10 @@ class QueuesState(AppState):
     rate_value: str = ""
     burst_value: str = ""
     key_value: str = ""
+    fair_value: bool = False  # the dialog's fair-share switch, and its weights as KEY=N text
+    weights_value: str = ""
+    fair_was: bool = False  # as the dialog opened: only what the operator changed is sent
+    weights_was: str = ""
     breakers: list[dict[str, str]] = []
     breaker_queue: str = ""  # the queue whose breaker numbers the dialog edits
     ratio_value: str = ""
@@ -69,6 +93,7 @@ class QueuesState(AppState):
                 "rate_burst": "" if q.get("rate_burst") is None else str(q["rate_burst"]),
                 "key_concurrency": "" if q.get("key_concurrency") is None else str(q["key_concurrency"]),
                 "fair": "1" if q.get("fair") else "",
+                "weights": weights_text(q.get("fairness_weights")),
                 "depth": str(q.get("depth", 0)), "running": str(q.get("running", 0)),
                 "scheduled": str(q.get("scheduled", 0)), "dead": str(counts.get("dead", 0)),
                 "succeeded": str(counts.get("succeeded", 0)),
@@ -121,9 +146,14 @@ class QueuesState(AppState):
         await self.fetch()
         return rx.toast.success(f"queue {name}: {action}d", duration=2000)
 
-    def edit_limit(self, name: str, current: str, rate: str, burst: str, key: str) -> None:
-        self.limit_queue, self.limit_value = name, current
-        self.rate_value, self.burst_value, self.key_value = rate, burst, key
+    def edit_limit(self, row: dict[str, str]) -> None:
+        self.limit_queue, self.limit_value = row["name"], row["concurrency"]
+        self.rate_value, self.burst_value, self.key_value = row["rate_limit"], row["rate_burst"], row["key_concurrency"]
+        self.fair_value = self.fair_was = row["fair"] != ""
+        self.weights_value = self.weights_was = row["weights"]
+
+    def set_fair(self, on: bool) -> None:
+        self.fair_value = on
 
     def close_limit(self) -> None:
         self.limit_queue = ""
@@ -137,6 +167,13 @@ class QueuesState(AppState):
                 changes[name] = kind(text.strip()) if text.strip() else None
             except ValueError:
                 return rx.toast.error(f"{name}: a number, or empty for none")
+        if self.fair_value != self.fair_was:
+            changes["fair"] = self.fair_value
+        if self.weights_value.strip() != self.weights_was:
+            try:
+                changes["fairness_weights"] = parse_weights(self.weights_value)
+            except ValueError as exc:
+                return rx.toast.error(str(exc))
         try:
             await self.client().update_queue(self.limit_queue, **changes)
         except JobDeckError as exc:
@@ -253,6 +290,7 @@ def _queue_row(q: Any) -> rx.Component:
         rx.table.cell(
             rx.cond(q["key_concurrency"] != "", q["key_concurrency"], "-"),
             rx.cond(q["fair"] != "", rx.badge("fair", color_scheme="blue", margin_left="4px"), ""),
+            rx.cond(q["weights"] != "", rx.text(" ", q["weights"], as_="span", class_name="queue-weights"), ""),
             class_name="queue-keys",
         ),
         rx.table.cell(
@@ -270,9 +308,7 @@ def _queue_row(q: Any) -> rx.Component:
                     "Limit",
                     size="1",
                     variant="soft",
-                    on_click=QueuesState.edit_limit(
-                        q["name"], q["concurrency"], q["rate_limit"], q["rate_burst"], q["key_concurrency"]
-                    ),
+                    on_click=QueuesState.edit_limit(q),  # type: ignore[arg-type]
                     disabled=q["refuse_configure"] != "",
                     title=q["refuse_configure"],
                 ),
@@ -343,6 +379,11 @@ def _limit_dialog() -> rx.Component:
                       QueuesState.burst_value, "burst_value"),
         *_limit_input("Jobs of one concurrency key at once (empty: no limit)", "key-value", QueuesState.key_value,
                       "key_value"),
+        rx.el.label(rx.hstack(rx.switch(checked=QueuesState.fair_value, on_change=QueuesState.set_fair, id="fair-value"),
+                              rx.text("Fair share: claims rotate between fairness keys"), spacing="2")),
+        rx.el.label("Fairness keys' weights, KEY=N (empty: every key 1)", html_for="weights-value"),
+        rx.input(value=QueuesState.weights_value, id="weights-value", placeholder="gold=3, free=1",
+                 on_change=lambda v: QueuesState.set_field("weights_value", v)),
     ]  # fmt: skip
     return _queue_dialog("Limits of queue ", QueuesState.limit_queue, fields, QueuesState.close_limit,
                          QueuesState.save_limit)  # fmt: skip
