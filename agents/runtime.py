@@ -411,12 +411,11 @@ class AgentRuntime:
         drop, self._to_write, self._to_drop = self._to_drop, [], []
 
         def sync() -> None:
-            for report in write:
-                try:
-                    state.keep_result(report)
-                except OSError as exc:
-                    log.warning("cannot keep the result of job %s in %s (%s): it is held in memory only",
-                                report["job_id"], state.path, exc)  # fmt: skip
+            try:
+                state.keep_results(write)
+            except OSError as exc:
+                log.warning("cannot keep %d results in %s (%s): they are held in memory only",
+                            len(write), state.path, exc)  # fmt: skip
             for key in drop:
                 state.drop_result(*key)
 
