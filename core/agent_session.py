@@ -62,6 +62,7 @@ class AgentSession:
         self._recorder: asyncio.Task[None] | None = None
         self._recording: set[asyncio.Task[None]] = set()  # result batches written into a held commit
         self._held_batch_due = False  # a task will take the results into the held commit
+        self.assigned_at = 0.0  # time.monotonic() of its last assignment
         self.connected_at = time.time()
         self.last_heartbeat = self.connected_at
         self.draining = False
@@ -105,6 +106,7 @@ class AgentSession:
         return agent_claims(self.queues, self.slots, self.queue_slots, used, self.busy, self.free)
 
     async def assign(self, jobs: list[Job], extras: dict[int, Message] | None = None) -> None:
+        self.assigned_at = time.monotonic()
         for j in jobs:
             self.running[j.id] = j.attempt
             if self.queue_slots:

@@ -614,21 +614,27 @@ class Engine:
 
     async def _gather_free_slots(self) -> None:
         """Let freed slots add up for a moment before claiming, but only while every agent with
-        room is still busy and has less than half a claim free: runs that end a few at a time
-        then share one claim transaction instead of each taking its own (the claim batch stays
-        full whatever the jobs do), while an idle agent's first job is claimed at once."""
+        room is still busy and either has less than half a claim free or was given its runs
+        within the window (short runs, which end together: one claim takes all their slots,
+        not one for each half). Runs that end a few at a time then share one claim transaction
+        instead of each taking its own (the claim batch stays full whatever the jobs do), while
+        an idle agent's first job is claimed at once."""
         window = self.settings.claim_coalesce_ms / 1000.0
         if window <= 0:
             return
         deadline = time.monotonic() + window
         while True:
+            now = time.monotonic()
             ready = [s for s in self.hub.sessions.values() if s.free > 0]
-            if not ready or any(s.busy == 0 or s.free >= self._claim_target(s) for s in ready):
+            if not ready or not all(self._soon_freer(s, now, window) for s in ready):
                 return
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if deadline <= now:
                 return
-            await self._wait(self._wake_dispatch, left)
+            await self._wait(self._wake_dispatch, deadline - now)
+
+    def _soon_freer(self, s: AgentSession, now: float, window: float) -> bool:
+        """Whether more of the agent's slots are likely to come free within the window."""
+        return s.busy > 0 and (s.free < self._claim_target(s) or now - s.assigned_at < window)
 
     def _claim_target(self, s: AgentSession) -> int:
         return max(1, min(s.slots, self.settings.claim_batch) // 2)
