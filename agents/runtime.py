@@ -29,7 +29,7 @@ from agents.pool import WorkerPool
 from agents.secrets import SecretStore
 from agents.state import AgentStateDir
 from core.obs import logs
-from core.obs.tracing import Tracing, traceparent_of
+from core.obs.tracing import Tracing
 from core.protocol import PROTOCOL_VERSION, Channel, ChannelClosed, Message
 
 log = logging.getLogger("jobdeck.agent")
@@ -310,14 +310,14 @@ class AgentRuntime:
             else:
                 with self.config.tracing.run(a.get("traceparent"), job_id, attempt, str(a.get("queue") or "")) as span:
                     # the task continues the job's trace: from the run's span, else from the submit's context
-                    ctx.traceparent = traceparent_of(span) if span is not None else a.get("traceparent")
+                    ctx.trace = span if span is not None else a.get("traceparent")
                     if a.get("timeout"):
                         async with asyncio.timeout(a["timeout"]):
                             outcome = await handler(task, ctx)
                     else:
                         outcome = await handler(task, ctx)
                     if span is not None and not outcome.ok:
-                        span.set_attribute("jobdeck.error", str(outcome.error or "")[:500])
+                        span.note("jobdeck.error", str(outcome.error or "")[:500])
                 result, result_size = _jsonable(outcome.result)
                 size += result_size
                 report.update(

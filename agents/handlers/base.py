@@ -11,6 +11,7 @@ from agents.secrets import SecretStore, is_reference
 
 if TYPE_CHECKING:
     from agents.pool import WorkerPool
+    from core.obs.run_span import RunSpan
 
 
 @dataclass(slots=True)
@@ -46,7 +47,7 @@ class RunContext:
         self.kill_grace = kill_grace
         self.workers = workers
         self.secrets = secrets
-        self.traceparent: str | None = None  # the job's trace context, for the task (TRACEPARENT)
+        self.trace: RunSpan | str | None = None  # the run's span, or the job's traceparent when the run is not traced
         self.parent_results: dict[str, Any] = {}  # the results of the jobs it depends on (task.parent_results)
         self._buf = bytearray()
         self.truncated = 0  # bytes dropped from the front
@@ -55,6 +56,13 @@ class RunContext:
         self._text_pattern: re.Pattern[str] | None = None
         self._hold = 0  # bytes held back from the stream: a secret may be split across two writes
         self._pending = b""
+
+    @property
+    def traceparent(self) -> str | None:
+        """The job's trace context for the task (TRACEPARENT): the run's span's, made when read (most
+        tasks never read it), else the job's own (tracing off: the caller's)."""
+        t = self.trace
+        return t if t is None or isinstance(t, str) else t.traceparent
 
     # ------------------------------------------------------------ env and secrets
 

@@ -35,16 +35,9 @@ from core.obs.otlp import Record, Shared, attributes_of
 
 if TYPE_CHECKING:
     from core.model import Job
+    from core.obs.run_span import RunSpan
 
 MODES = ("off", "otlp", "console")
-
-
-def traceparent_of(span: Any) -> str:
-    """The W3C traceparent of an OpenTelemetry span's context (or of a `RunSpan`)."""
-    if isinstance(span, RunSpan):
-        return span.traceparent
-    c = span.get_span_context()
-    return f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"
 
 
 PARENTS_KEPT = 4096  # parsed traceparents: a batch's jobs share their submit's
@@ -73,44 +66,26 @@ def _parsed(traceparent: str | None) -> tuple[int, int, bool] | None:
     return parent
 
 
-def _traceparent(trace_id: int, span_id: int) -> str:
-    """The sampled traceparent of a span."""
-    # bytes.hex, not f"{trace_id:032x}": formatting a 128-bit int as hex took ~1 us of the run hook's ~4
-    return f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-01"
-
-
 def _known(trace_id: int, span_id: int) -> str:
     """The traceparent of a span this process made that its jobs will carry (a submit's, a firing's),
     remembered as parsed."""
-    tp = _traceparent(trace_id, span_id)
+    tp = traceparent(trace_id, span_id)
     if len(_parents) >= PARENTS_KEPT:
         _parents.clear()
     _parents[tp] = (trace_id, span_id, True)
     return tp
 
 
+def traceparent(trace_id: int, span_id: int) -> str:
+    """The sampled W3C traceparent of a span."""
+    # bytes.hex, not f"{trace_id:032x}": formatting a 128-bit int as hex took ~1 us of the run hook's ~4
+    return f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-01"
+
+
 def _new_id(bits: int) -> int:
     while not (n := _rand(bits)):
         pass
     return n
-
-
-class RunSpan:
-    """The run's span on an agent while the task runs: its context is the task's, `set_attribute` adds
-    to what is recorded when it ends."""
-
-    __slots__ = ("attributes", "span_id", "trace_id", "traceparent")
-
-    def __init__(self, trace_id: int, span_id: int, attributes: tuple[int, Shared]) -> None:
-        self.trace_id, self.span_id = trace_id, span_id
-        self.attributes: tuple[int, Shared] | dict[str, Any] = attributes
-        # not remembered as parsed (as a submit's is): the task's, no job of this process carries it
-        self.traceparent = _traceparent(trace_id, span_id)
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        if type(self.attributes) is tuple:
-            self.attributes = attributes_of(self.attributes)
-        self.attributes[key] = value  # type: ignore[index]
 
 
 class _Untraced:
@@ -148,29 +123,6 @@ class _Submit:
         error = None if kind is None else f"{kind.__name__}: {exc}"
         self.sink.add(("jobdeck.submit", self.tid, self.sid, self.parent, self.started, time.time_ns(),
                        {"jobdeck.jobs": self.jobs}, (), error))  # fmt: skip
-
-
-class _Run:
-    """Around a run on an agent (Tracing.run): the run's span is the current context inside."""
-
-    __slots__ = ("parent", "sink", "span", "started", "token", "tracing")
-
-    def __init__(self, tracing: Tracing, span: RunSpan, parent: int) -> None:
-        self.tracing, self.span, self.parent, self.sink = tracing, span, parent, tracing.sink
-        self.started = time.time_ns()
-
-    def __enter__(self) -> RunSpan:
-        t, span = self.tracing, self.span
-        own = t._SpanContext(span.trace_id, span.span_id, False, t._sampled)
-        self.token = t._attach(t._set_span(t._NonRecordingSpan(own)))
-        return span
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        self.tracing._detach(self.token)
-        span = self.span
-        error = None if kind is None else f"{kind.__name__}: {exc}"
-        self.sink.add(("jobdeck.run", span.trace_id, span.span_id, self.parent, self.started, time.time_ns(),
-                       span.attributes, (), error))  # fmt: skip
 
 
 class _SdkSink:
@@ -230,8 +182,9 @@ class Tracing:
         self._shut = False
         self._shared: dict[tuple[Any, ...], Shared] = {}
         if provider is not None:
-            from opentelemetry import context, trace
             from opentelemetry.sdk.trace.sampling import ParentBased, StaticSampler, TraceIdRatioBased
+
+            from core.obs.run_span import RunSpan
 
             self.sink = sink if sink is not None else _SdkSink(provider)
             self.sampler = provider.sampler
@@ -241,10 +194,7 @@ class Tracing:
                 self._root_bound = root.bound
             elif type(root) is StaticSampler:
                 self._root_bound = (1 << 64) if root._decision.is_sampled() else 0  # type: ignore[no-untyped-call]
-            # what a run's context is made of, looked up once
-            self._SpanContext, self._NonRecordingSpan = trace.SpanContext, trace.NonRecordingSpan
-            self._set_span, self._attach, self._detach = trace.set_span_in_context, context.attach, context.detach
-            self._sampled = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+            self._RunSpan = RunSpan  # an OpenTelemetry API class: imported only with tracing on
 
     @property
     def enabled(self) -> bool:
@@ -338,13 +288,13 @@ class Tracing:
 
     def run(self, traceparent: str | None, job_id: int, attempt: int,
             queue: str) -> contextlib.AbstractContextManager[RunSpan | None]:  # fmt: skip
-        """Around a run on an agent: yields the span (None when not traced); its context is the current
-        one inside (for an async Python task's own spans), and `span.traceparent` is what the task gets."""
+        """Around a run on an agent: yields the span (None when not traced); it is the current span
+        inside (for an async Python task's own spans), and `span.traceparent` is what the task gets."""
         if self.sink is None or not traceparent or (step := self._child(traceparent, "jobdeck.run")) is None:
             return _NONE
         key = ("jobdeck.run", attempt, queue)
         attrs = self._shared.get(key) or self._job_step(key, {"jobdeck.attempt": attempt, "jobdeck.queue": queue})
-        return _Run(self, RunSpan(step[0], _new_id(64), (job_id, attrs)), step[1])
+        return self._RunSpan(self.sink, step[0], _new_id(64), step[1], (job_id, attrs))
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Export what is buffered now (True once it is out)."""

@@ -109,6 +109,22 @@ async def test_one_trace_per_job_across_the_node_and_its_agent(traced: Traced) -
     assert f"tp=00-{CALLER_TRACE}-{run_ctx.span_id:016x}-01" in output, f"the task got the run's context: {output!r}"
 
 
+async def test_a_failed_run_s_span_carries_its_error_and_the_result_its_outcome(traced: Traced) -> None:
+    """JobDeck's record of a run that failed says why (`jobdeck.error`); the result span says how it ended."""
+    spec = {"queue": "tq", "max_attempts": 1, "task": {"kind": "shell", "command": "echo disk-full >&2; exit 3"}}
+    async with JobDeckClient(traced.url) as c:
+        job = await c.wait_for((await c.submit(spec))["id"], timeout=60)
+    assert job["state"] == "dead", job
+    await until(lambda: any(s.name == "jobdeck.result" for s in traced.spans.get_finished_spans()), timeout=30,
+                what="the result span")  # fmt: skip
+    spans = {s.name: s for s in traced.spans.get_finished_spans()}
+    run, result = spans["jobdeck.run"], spans["jobdeck.result"]
+    assert "exit code 3" in str(run.attributes.get("jobdeck.error")) and "disk-full" in str(
+        run.attributes.get("jobdeck.error")), run.attributes  # fmt: skip
+    assert (run.attributes["jobdeck.job_id"], run.attributes["jobdeck.attempt"]) == (job["id"], 1), run.attributes
+    assert (result.attributes["jobdeck.outcome"], result.attributes["jobdeck.state"]) == ("failed", "dead")
+
+
 async def test_without_a_caller_context_the_submit_starts_the_trace(traced: Traced) -> None:
     job, _ = await _run(traced.url, {})
     assert job["trace_id"] is not None and len(job["trace_id"]) == 32
