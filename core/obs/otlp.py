@@ -43,6 +43,7 @@ _HIGH, _LOW = 0x0A10, 0x1208  # the tag and length bytes of trace_id (16 bytes) 
 _PARENT = 0x2208
 _KIND_START = b"\x30\x01\x39"
 _MASK64 = 0xFFFFFFFFFFFFFFFF
+_BYTE = tuple(bytes((b,)) for b in range(256))
 _CACHED = 8192  # encoded strings and (key, value) attributes kept: names, keys, queues, agents, attempts
 
 
@@ -131,7 +132,7 @@ class Shared:
     """Attributes that many spans carry alike (a job step's attempt, queue and agent, its outcome), encoded
     once; each span adds its own `key` (an id) in front."""
 
-    __slots__ = ("_heads", "encoded", "items", "key")
+    __slots__ = ("_head", "_heads", "_hi", "_tail", "encoded", "items", "key")
 
     def __init__(self, key: str, items: Mapping[str, Any]) -> None:
         self.key, self.items = key, dict(items)
@@ -139,20 +140,17 @@ class Shared:
         # Span.attributes (9) KeyValue{key 1, value 2: AnyValue{int_value 3}} up to the id's varint, by its length
         k = _text(0x0A, key)
         self._heads = [b""] + [bytes((0x4A, len(k) + 3 + n)) + k + bytes((0x12, n + 1, 0x18)) for n in range(1, 11)]
+        self._hi, self._head, self._tail = -1, b"", b""
 
     def with_id(self, n: int) -> bytes:
         """These attributes after `key` = n (a non-negative int)."""
-        if n < 0x80:
-            v = bytes((n,))
-        elif n < 0x4000:
-            v = bytes((n & 0x7F | 0x80, n >> 7))
-        elif n < 0x200000:
-            v = bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
-        elif n < 0x10000000:
-            v = bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21))
-        else:
-            v = _varint(n & _MASK64)
-        return self._heads[len(v)] + v + self.encoded
+        # n's varint is its low 7 bits (with 0x80 if more follow), then the varint of n >> 7. The jobs of a
+        # claim or a result batch are mostly neighbours, so what follows the first byte is kept for the next
+        hi = n >> 7
+        if hi != self._hi:
+            rest = _varint(hi) if hi else b""
+            self._hi, self._head, self._tail = hi, self._heads[1 + len(rest)], rest + self.encoded
+        return self._head + _BYTE[n & 0x7F | 0x80 if hi else n] + self._tail
 
 
 def attributes_of(attrs: Mapping[str, Any] | tuple[int, Shared]) -> dict[str, Any]:
@@ -240,6 +238,7 @@ class SpanBatcher:
         self.dropped = 0
         self.exported = 0
         self._wake = threading.Event()
+        self._everything = threading.Event()  # a flush asks for the spans short of a batch too
         self._idle = threading.Event()
         self._idle.set()
         self._stopping = False
@@ -261,24 +260,29 @@ class SpanBatcher:
         except Exception as e:  # e.g. an error message no UTF-8 can hold: that span, never the node's step
             log.warning("span %s not exported: %s", r[0], e)
             return
-        if len(q) == self.batch:
+        if len(q) % self.batch == 0:  # another full batch (the thread may be posting the one before)
             self._wake.set()
 
     def _loop(self) -> None:
         while True:
-            self._wake.wait(self.delay)
+            timed_out = not self._wake.wait(self.delay)
             self._wake.clear()
+            everything = timed_out or self._stopping or self._everything.is_set()
+            self._everything.clear()
             self._idle.clear()
             try:
-                self._drain()
+                self._drain(everything)
             finally:
                 self._idle.set()
             if self._stopping:
                 return
 
-    def _drain(self) -> None:
+    def _drain(self, everything: bool) -> None:
+        """Post the full batches queued, and what is left too if `everything` (the schedule delay passed, a
+        flush, the stop), as the SDK's batch processor does: spans keep coming while a batch is posted,
+        and posting that remainder at once made 3-4 posts of every 512 spans in a drain, each ~0.2 ms."""
         q = self._queue
-        while q:
+        while len(q) >= self.batch or (everything and q):
             batch = [q.popleft() for _ in range(min(len(q), self.batch))]
             try:
                 if self.poster.post(_request(batch, self._resource, self._scope)):  # it logs a refusal itself
@@ -292,6 +296,7 @@ class SpanBatcher:
         while self._queue or not self._idle.is_set():  # idle is cleared before a batch leaves the queue
             if time.monotonic() > deadline:
                 return False
+            self._everything.set()
             self._wake.set()
             self._idle.wait(0.01)
             time.sleep(0.001)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -67,9 +68,11 @@ def test_the_encoded_request_reads_back_with_the_official_otlp_classes() -> None
 
 def test_a_job_step_s_id_and_shared_attributes_read_back_for_ids_of_every_length() -> None:
     """A job step's attributes are (job id, Shared): the id written in front of the shared attributes'
-    bytes, which are encoded once. Ids of 1 to 10 varint bytes, as the official classes read them."""
+    bytes, which are encoded once. Ids of 1 to 10 varint bytes, as the official classes read them; neighbours
+    (the varint's bytes past the first are kept for the next id) and ids going back to an earlier one's."""
     shared = otlp.Shared("jobdeck.job_id", {"jobdeck.attempt": 2, "jobdeck.queue": "q" * 200, "jobdeck.agent": "a1"})
-    ids = [0, 1, 127, 128, 16_383, 16_384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**35, 2**63 - 1]
+    ids = [0, 1, 127, 128, 129, 255, 256, 16_383, 16_384, 16_385, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**35,
+           2**63 - 1, 2**63 - 2, 130, 5, 300]  # fmt: skip
     records: list[otlp.Record] = [
         ("jobdeck.run", 7, i + 1, 3, 10, 20, (n, shared), (), None) for i, n in enumerate(ids)
     ]
@@ -232,6 +235,29 @@ def test_spans_go_over_one_kept_alive_connection_with_the_configured_headers_and
     for _, headers in _Receiver.posts:
         assert (headers.get("authorization"), headers.get("x-tenant")) == ("Bearer t0ken", "team-a"), headers
         assert headers.get("content-encoding") == "gzip", headers
+
+
+def test_spans_leave_in_full_batches_and_the_rest_when_a_flush_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spans keep coming while a batch is posted: the export thread posts full batches
+    (OTEL_BSP_MAX_EXPORT_BATCH_SIZE) and leaves the rest for the next one, until the schedule delay
+    passes or a flush asks for it (it posted every remainder at once: 3-4 posts of each batch's spans)."""
+    _Receiver.spans, _Receiver.posts, _Receiver.answers = [], [], []
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "100")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    with _endpoint() as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+        batcher = otlp.SpanBatcher({"service.name": "x"})
+        try:
+            for r in _spans(250):
+                batcher.add(r)
+            deadline = time.monotonic() + 30
+            while batcher.exported < 200 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert (batcher.exported, len(batcher._queue)) == (200, 50), "two full batches out, 50 waiting"
+            assert batcher.flush(10), "the rest exported in time"
+        finally:
+            batcher.shutdown()
+    assert (len(_Receiver.posts), len(_Receiver.spans)) == (3, 250), (len(_Receiver.posts), len(_Receiver.spans))
 
 
 def test_a_busy_collector_s_export_is_retried_and_a_refused_one_is_dropped(
