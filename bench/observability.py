@@ -121,7 +121,8 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
     """For metrics and for tracing, `obs_rounds` ABBA pairs of drain turns against a node with both off
     (off, on, on, off; the next pair on, off, off, on), each turn a fresh node's drain: a pair's ratio
     is its two on turns against its two off turns, so a load that rises or falls through the pair hits
-    both sides alike. Then the pair's pick-up: an off, an on and a second off node at once, one stream
+    both sides alike; its second off turn against its first says how far apart two equal turns
+    measure. Then the pair's pick-up: an off, an on and a second off node at once, one stream
     dealt to the three (2 x pickup_seconds at pickup_rate each: 6,000 jobs a node in a full run), the
     p99 of each; the second off node's against the first's is the comparison's resolution (the off
     node's odd jobs against its even ones read 1.00 in every pair: neighbours share every burst). The figures are the median and the worst of the pairs, each
@@ -188,6 +189,7 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
                 p99_off = percentile(sorted(off_ms), 99)
                 pairs[mode].append({
                     "drain": (m1[0] + m2[0]) / (o1[0] + o2[0]),
+                    "drain_aa": o2[0] / o1[0],
                     "cpu": (o1[1] + o2[1]) / (m1[1] + m2[1]),
                     "p99": percentile(sorted(on_ms), 99) / p99_off,
                     "p99_aa": percentile(sorted(twin_ms), 99) / p99_off,
@@ -216,6 +218,7 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
 
         for key, what, worst, rule in (
             ("drain", f"drain: {mode} on / off", min, f">= {floor} (the issue's floor)"),
+            ("drain_aa", "drain: the pair's second off turn / its first", _furthest_from_one, "one turn's resolution"),
             ("cpu", f"CPU per job: off / {mode} on", min, f">= {floor} (the same floor read as CPU)"),
             ("p99", f"pick-up p99: {mode} on / off", max, f"<= {2 - floor:.2f} (the floor read as latency)"),
             ("p99_aa", "pick-up p99: a second off node / off", _furthest_from_one, "the resolution of the line above"),
