@@ -43,7 +43,7 @@ from bench.report import (
     render_facts,
     render_table,
 )
-from bench.scale import scale_run
+from bench.scale import scale_run, scale_sleepers
 from bench.schedule_firing import firing_split
 from bench.schedules import schedules_at_scale
 from bench.server import BenchError, ProcessReport, ServerOptions
@@ -127,7 +127,7 @@ BENCHMARKS: dict[str, tuple[str, tuple[Case, ...], bool]] = {
         "(p95), stats and queues p95, a bulk dry run over 70 %, a follower's lag over a 10,000-job batch, the "
         "longest claim gap and submit while old events and jobs are pruned and archived, WAL and RSS after, "
         "each beside a small store's or a quiet run's figure; then 10,000 async jobs at once in one agent",
-        (scale_run, sleepers),
+        (scale_run, scale_sleepers),
         False,
     ),
     "kafka": (
@@ -253,8 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--obs-rounds", type=int, help=f"rounds of the obs benchmark's alternating turns (default {d.obs_rounds})"
     )
-    g.add_argument("--obs-parts", type=_obs_parts, metavar="PARTS",
+    g.add_argument("--obs-parts", type=_parts("obs_parts"), metavar="PARTS",
                    help=f"what the obs benchmark measures, of {','.join(d.obs_parts)} (default all)")  # fmt: skip
+    g.add_argument("--scale-jobs", type=int, metavar="N",
+                   help="scale: jobs stored besides the backlog, which is 5/9 of them (default 900,000; quick 100,000)")  # fmt: skip
+    g.add_argument("--scale-parts", type=_parts("scale_parts"), metavar="PARTS",
+                   help=f"what the scale benchmark measures, of {','.join(d.scale_parts)} (default all; "
+                        "maintenance alone is the smallest run that shows its stall)")  # fmt: skip
     g.add_argument("--sleepers", type=int, help=f"sleeping jobs at once in one agent (default {d.sleepers:,})")
     g.add_argument("--sleep", type=float, dest="sleep_seconds",
                    help=f"seconds each sleeper sleeps; must outlast starting them all (default {d.sleep_seconds:g})")  # fmt: skip
@@ -280,11 +285,17 @@ def _node_counts(text: str) -> list[int]:
     return list(dict.fromkeys(counts))
 
 
-def _obs_parts(text: str) -> tuple[str, ...]:
-    parts = tuple(x.strip() for x in text.split(",") if x.strip())
-    if not parts or set(parts) - set(Scale.obs_parts):
-        raise argparse.ArgumentTypeError(f"{text!r}: a comma list of {', '.join(Scale.obs_parts)}")
-    return parts
+def _parts(field: str) -> Callable[[str], tuple[str, ...]]:
+    """The parser of a comma list of parts of a benchmark, each one of Scale.<field>'s default."""
+    known: tuple[str, ...] = getattr(Scale, field)
+
+    def parse(text: str) -> tuple[str, ...]:
+        parts = tuple(x.strip() for x in text.split(",") if x.strip())
+        if not parts or set(parts) - set(known):
+            raise argparse.ArgumentTypeError(f"{text!r}: a comma list of {', '.join(known)}")
+        return parts
+
+    return parse
 
 
 def build_backends(args: argparse.Namespace) -> list[Backend]:

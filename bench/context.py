@@ -28,6 +28,8 @@ class Scale:
     pickup_slots: int = 64
     obs_rounds: int = 3  # ABBA pairs of the obs benchmark per mode: the median pair stands one turn hit by a burst
     obs_parts: tuple[str, ...] = ("metrics", "tracing", "retention")  # what the obs benchmark measures
+    scale_jobs: int = 0  # jobs stored in the scale scenario's big store besides its backlog (0: its default)
+    scale_parts: tuple[str, ...] = ("drain", "reads", "follow", "maintenance", "sleepers")  # what it measures
     sleepers: int = 10_000  # sleeping jobs running at once in one remote agent
     sleep_seconds: float = 15.0  # how long each sleeps: well beyond the time to start them all
     console_rate: float = 1000.0  # events per second into the console

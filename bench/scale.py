@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.context import RunContext
+from bench.context import RunContext, Scale
+from bench.remote import sleepers
 from bench.report import Figure, Floor, load_average, percentile
 from bench.scale_maintenance import FOLLOW_BATCH, Follow, Steady, follower_lag, maintenance_done, steady_load, wal_mb
 from bench.server import CpuMeter, Server, jobdeck_server
@@ -301,10 +302,18 @@ async def small_store(ctx: RunContext, idle: float) -> Baseline:
     return Baseline(reads, cpu, follow)
 
 
+def store_size(s: Scale) -> tuple[int, int]:
+    """(jobs stored besides the backlog, the backlog) of the big store: --scale-jobs, else the default."""
+    if s.scale_jobs:
+        return s.scale_jobs, s.scale_jobs * 5 // 9  # the full run's proportions
+    return (QUICK_STORE_JOBS, QUICK_BACKLOG) if s.batches <= 2 else (STORE_JOBS - BACKLOG // 5, BACKLOG)
+
+
 async def scale_run(ctx: RunContext) -> list[Figure]:
-    """Every figure of the scale scenario on one store."""
+    """Every figure of the scale scenario on one store (those of --scale-parts)."""
     quick = ctx.scale.batches <= 2
-    jobs, backlog = (QUICK_STORE_JOBS, QUICK_BACKLOG) if quick else (STORE_JOBS - BACKLOG // 5, BACKLOG)
+    parts = set(ctx.scale.scale_parts)
+    jobs, backlog = store_size(ctx.scale)
     drain = 2_000 if quick else DRAIN
     idle = IDLE_SECONDS if not quick else 5.0
     figures: list[Figure] = []
@@ -315,82 +324,95 @@ async def scale_run(ctx: RunContext) -> list[Figure]:
     def beside(value: float, base: float, what: str = "the small store") -> str:
         return f"{value / base:.2f}x {what} ({base:.1f})" if base else ""
 
-    base = await small_store(ctx, idle)
+    base = await small_store(ctx, idle) if parts & {"reads", "follow"} else None
     async with filled_store(ctx, jobs, backlog) as (env, path):
         total = jobs + backlog
         async with node(ctx, env, KEEP_ALL) as (srv, client):
             rss_start = srv.memory().rss
-            stale = ""
-            if ctx.backend.kind == "postgres":
-                believed, queued = await planner_believes_queued(srv.database)
-                stale = f"; planner expected {believed:,} queued of {queued:,} at the first drain"
-            # The small drain's queue: `drain` no-ops a turn, submitted through the API, paused.
-            seq_small = (await client.health())["last_seq"]
-            await client.submit_batch([{"task": json.loads(NOOP), "queue": "small", "delay": 86_400}])
-            await client.queue_action("small", "pause")
-            # A turn finishes more than `drain`: the jobs claimed before its pause reaches the agent. That
-            # was 2,096 more in one quick turn (4,400 jobs/s, ~0.5 s to pause), so a turn may take twice its share.
-            small_jobs = (2 * drain + 2 * SLOTS) * TURNS
-            for start in range(0, small_jobs, 10_000):
-                n = min(10_000, small_jobs - start)
-                await client.submit_batch([{"task": json.loads(NOOP), "queue": "small"}] * n)
-            seq0 = (await client.health())["last_seq"]
-            rates: dict[str, list[float]] = {"small": [], "backlog": []}
-            for _ in range(TURNS):
-                for queue in ("backlog", "small"):
-                    rate = await drain_turn(client, queue, drain, ctx)
-                    rates[queue].append(rate)
-                    ctx.progress(f"drain {queue}: {rate:,.0f} jobs/s")
-            small = statistics.mean(rates["small"])
-            big = statistics.mean(rates["backlog"])
-            turns = "; ".join(f"{q} {', '.join(f'{r:,.0f}' for r in rs)}" for q, rs in rates.items())
-            fig(f"drain: {small_jobs:,} queued (baseline)", small, "jobs/s", note=f"{drain:,} a turn; turns {turns}")
-            fig(f"drain with {backlog:,} queued / baseline", big / small, "x", DRAIN_FLOOR,
-                note=f"{big:,.0f} jobs/s{stale}")  # fmt: skip
-            await client.queue_action("small", "resume")
-            await wait_for_state(client, "small", "succeeded", small_jobs, poll=0.2, stall=ctx.scale.stall_seconds)
-            per_job = await events_per_job(client, seq_small, "small", small_jobs + 1)
-            fig("events stored per job (submitted, run, succeeded)", per_job, "events",
-                note=f"{(await client.health())['last_seq'] - seq0:,} events during the drains")  # fmt: skip
+            if "drain" in parts:
+                await drains(ctx, client, srv, drain, backlog, fig)
             if ctx.backend.kind == "postgres":
                 fig("VACUUM (ANALYZE) after the load, before the measures below", await vacuum_after_load(srv.database),
                     "s", note="autovacuum's work after a bulk load; it was off for the stale-statistics drain")  # fmt: skip
 
-            cpu, note = await idle_cpu(srv, idle)
-            fig(f"idle CPU with {total:,} stored", cpu, "% of a core", IDLE_CPU_FLOOR,
-                note=f"{note}; {base.idle_cpu:.2f} % with {SMALL_JOBS + SMALL_BACKLOG:,} stored")  # fmt: skip
+            if "reads" in parts and base is not None:
+                cpu, note = await idle_cpu(srv, idle)
+                fig(f"idle CPU with {total:,} stored", cpu, "% of a core", IDLE_CPU_FLOOR,
+                    note=f"{note}; {base.idle_cpu:.2f} % with {SMALL_JOBS + SMALL_BACKLOG:,} stored")  # fmt: skip
+                for title, ms in (await ui_reads(client)).items():
+                    small_title = next((t for t in base.reads if t.split(" (")[0] == title.split(" (")[0]), title)
+                    floor = DRY_RUN_FLOOR if title.startswith("bulk") else LIST_P95_FLOOR
+                    fig(title, ms, "ms", floor, note=beside(ms, base.reads.get(small_title, 0.0)))
 
-            for title, ms in (await ui_reads(client)).items():
-                small_title = next((t for t in base.reads if t.split(" (")[0] == title.split(" (")[0]), title)
-                floor = DRY_RUN_FLOOR if title.startswith("bulk") else LIST_P95_FLOOR
-                fig(title, ms, "ms", floor, note=beside(ms, base.reads.get(small_title, 0.0)))
+            if "follow" in parts and base is not None:
+                f = await follower_lag(client)
+                spread = [x - f.from_ts[0] for x in f.from_ts]
+                title = f"follower lag p99, commit -> follower, one {FOLLOW_BATCH:,}-job batch"
+                if ctx.backend.kind == "sqlite":  # one writer: its commit histogram times the batch's transaction
+                    p99, base_p99 = percentile(f.from_commit, 99), percentile(base.follow.from_commit, 99)
+                    fig(title, p99, "ms", FOLLOW_P99_FLOOR,
+                        note=f"{len(f.from_commit):,} events; commit = ts + the transaction ({f.tx_ms:.0f} ms, "
+                             f"{f.commits} commits in the node's histogram); p50 {percentile(f.from_commit, 50):.0f}, "
+                             f"max {f.from_commit[-1]:.0f}; {beside(p99, base_p99)}")  # fmt: skip
+                else:  # several writer connections: their transactions overlap, the histogram's sum is no commit time
+                    figures.append(Figure(NAME, title, None, "ms", None,
+                                          "not measured on PostgreSQL: no commit time seen from outside"))  # fmt: skip
+                fig("follower: last event - first event of the batch, p99", percentile(spread, 99), "ms",
+                    note=f"the feed's own part once the first is out; {percentile([x - base.follow.from_ts[0] for x in base.follow.from_ts], 99):.0f} ms on the small store")  # fmt: skip
+                fig("follower lag p99, event ts -> follower", percentile(f.from_ts, 99), "ms",
+                    note="ts = the transaction's start: the 10,000 inserts are in it")  # fmt: skip
 
-            f = await follower_lag(client)
-            spread = [x - f.from_ts[0] for x in f.from_ts]
-            title = f"follower lag p99, commit -> follower, one {FOLLOW_BATCH:,}-job batch"
-            if ctx.backend.kind == "sqlite":  # one writer: its commit histogram times the batch's transaction
-                p99, base_p99 = percentile(f.from_commit, 99), percentile(base.follow.from_commit, 99)
-                fig(title, p99, "ms", FOLLOW_P99_FLOOR,
-                    note=f"{len(f.from_commit):,} events; commit = ts + the transaction ({f.tx_ms:.0f} ms, {f.commits} "
-                         f"commits in the node's histogram); p50 {percentile(f.from_commit, 50):.0f}, max "
-                         f"{f.from_commit[-1]:.0f}; {beside(p99, base_p99)}")  # fmt: skip
-            else:  # several writer connections: their transactions overlap, the histogram's sum is no commit time
-                figures.append(Figure(NAME, title, None, "ms", None,
-                                      "not measured on PostgreSQL: no commit time seen from outside"))  # fmt: skip
-            fig("follower: last event - first event of the batch, p99", percentile(spread, 99), "ms",
-                note=f"the feed's own part once the first is out; {percentile([x - base.follow.from_ts[0] for x in base.follow.from_ts], 99):.0f} ms on the small store")  # fmt: skip
-            fig("follower lag p99, event ts -> follower", percentile(f.from_ts, 99), "ms",
-                note="ts = the transaction's start: the 10,000 inserts are in it")  # fmt: skip
-
-            quiet = await steady_load(client, min_seconds=5.0 if quick else 10.0, max_seconds=10.0, db=path)
-            mem = srv.memory()
-            quiet.rss_mb = mem.rss
-            fig("node RSS (start -> end; peak)", mem.rss, "MB",
-                note=f"{rss_start:.0f} -> {mem.rss:.0f}; peak {mem.peak:.0f}")  # fmt: skip
-            wal_before = wal_mb(path)
-        figures.extend(await maintenance(ctx, env, path, quiet, wal_before, quick, jobs))
-    figures[0].note += f"; load {load_average()}"
+            if "maintenance" in parts:
+                quiet = await steady_load(client, min_seconds=5.0 if quick else 10.0, max_seconds=10.0, db=path)
+                mem = srv.memory()
+                quiet.rss_mb = mem.rss
+                fig("node RSS (start -> end; peak)", mem.rss, "MB",
+                    note=f"{rss_start:.0f} -> {mem.rss:.0f}; peak {mem.peak:.0f}")  # fmt: skip
+                wal_before = wal_mb(path)
+        if "maintenance" in parts:
+            figures.extend(await maintenance(ctx, env, path, quiet, wal_before, quick, jobs))
+    if figures:
+        figures[0].note += f"; load {load_average()}"
     return figures
+
+
+async def drains(
+    ctx: RunContext, client: BenchClient, srv: Server, drain: int, backlog: int,
+    fig: Callable[..., None],
+) -> None:  # fmt: skip
+    """The big backlog's drain beside a small queue's, in alternating turns; events stored per job."""
+    stale = ""
+    if ctx.backend.kind == "postgres":
+        believed, queued = await planner_believes_queued(srv.database)
+        stale = f"; planner expected {believed:,} queued of {queued:,} at the first drain"
+    # The small drain's queue: `drain` no-ops a turn, submitted through the API, paused.
+    seq_small = (await client.health())["last_seq"]
+    await client.submit_batch([{"task": json.loads(NOOP), "queue": "small", "delay": 86_400}])
+    await client.queue_action("small", "pause")
+    # A turn finishes more than `drain`: the jobs claimed before its pause reaches the agent. That
+    # was 2,096 more in one quick turn (4,400 jobs/s, ~0.5 s to pause), so a turn may take twice its share.
+    small_jobs = (2 * drain + 2 * SLOTS) * TURNS
+    for start in range(0, small_jobs, 10_000):
+        n = min(10_000, small_jobs - start)
+        await client.submit_batch([{"task": json.loads(NOOP), "queue": "small"}] * n)
+    seq0 = (await client.health())["last_seq"]
+    rates: dict[str, list[float]] = {"small": [], "backlog": []}
+    for _ in range(TURNS):
+        for queue in ("backlog", "small"):
+            rate = await drain_turn(client, queue, drain, ctx)
+            rates[queue].append(rate)
+            ctx.progress(f"drain {queue}: {rate:,.0f} jobs/s")
+    small = statistics.mean(rates["small"])
+    big = statistics.mean(rates["backlog"])
+    turns = "; ".join(f"{q} {', '.join(f'{r:,.0f}' for r in rs)}" for q, rs in rates.items())
+    fig(f"drain: {small_jobs:,} queued (baseline)", small, "jobs/s", note=f"{drain:,} a turn; turns {turns}")
+    fig(f"drain with {backlog:,} queued / baseline", big / small, "x", DRAIN_FLOOR,
+        note=f"{big:,.0f} jobs/s{stale}")  # fmt: skip
+    await client.queue_action("small", "resume")
+    await wait_for_state(client, "small", "succeeded", small_jobs, poll=0.2, stall=ctx.scale.stall_seconds)
+    per_job = await events_per_job(client, seq_small, "small", small_jobs + 1)
+    fig("events stored per job (submitted, run, succeeded)", per_job, "events",
+        note=f"{(await client.health())['last_seq'] - seq0:,} events during the drains")  # fmt: skip
 
 
 async def maintenance(
@@ -443,3 +465,8 @@ async def events_per_job(client: BenchClient, since: int, queue: str, jobs: int)
         n += len(page)
         since = page[-1]["seq"]
     return n / jobs
+
+
+async def scale_sleepers(ctx: RunContext) -> list[Figure]:
+    """10,000 async jobs at once in one agent (bench/remote.py), unless --scale-parts leaves it out."""
+    return await sleepers(ctx) if "sleepers" in ctx.scale.scale_parts else []

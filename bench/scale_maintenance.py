@@ -39,7 +39,10 @@ class Steady:
     seconds: float = 0.0
     jobs: int = 0
     submit_ms: list[float] = field(default_factory=list)
+    submit_at: list[float] = field(default_factory=list)  # each submit's start, seconds into the load
     claim_gaps_ms: list[float] = field(default_factory=list)
+    claim_gap_at: list[float] = field(default_factory=list)  # each gap's start, seconds into the load
+    long_commits: dict[str, int] = field(default_factory=dict)  # store transactions past 0.1/0.25/0.5/1 s
     wal_peak_mb: float = 0.0
     rss_mb: float = 0.0  # the node's after the load (when measured)
 
@@ -53,8 +56,11 @@ class Steady:
 
     def note(self) -> str:
         s = sorted(self.submit_ms)
+        at = [f"{what} at {xs[ms.index(max(ms))]:.1f} s" for what, ms, xs in
+              (("longest gap", self.claim_gaps_ms, self.claim_gap_at), ("submit", self.submit_ms, self.submit_at)) if ms]  # fmt: skip
+        commits = ", ".join(f"{n} > {le} s" for le, n in self.long_commits.items())
         return (f"{self.jobs:,} jobs in {self.seconds:.1f} s; submit p50 {percentile(s, 50):.1f} ms, "
-                f"p99 {percentile(s, 99):.1f} ms")  # fmt: skip
+                f"p99 {percentile(s, 99):.1f} ms; {', '.join(at)}; store transactions {commits or 'none'}")  # fmt: skip
 
 
 def wal_mb(path: Path | None) -> float:
@@ -84,7 +90,9 @@ async def steady_load(
     (at most `max_seconds`); wait until they all ran; read when each was claimed."""
     out = Steady()
     seq0 = (await client.health())["last_seq"]
+    commits0 = _long_commits(await client.metrics_text())
     t_start = time.monotonic()
+    wall_start = time.time()
     next_at = t_start
     while True:
         elapsed = time.monotonic() - t_start
@@ -93,11 +101,14 @@ async def steady_load(
         t0 = time.perf_counter()
         await client.submit_batch([{"task": NOOP_TASK, "queue": STEADY_QUEUE}] * STEADY_BATCH)
         out.submit_ms.append((time.perf_counter() - t0) * 1000)
+        out.submit_at.append(elapsed)
         out.jobs += STEADY_BATCH
         out.wal_peak_mb = max(out.wal_peak_mb, wal_mb(db))
         next_at += STEADY_EVERY
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
     out.seconds = time.monotonic() - t_start
+    commits1 = _long_commits(await client.metrics_text())
+    out.long_commits = {le: commits1.get(le, 0) - n for le, n in commits0.items()}
     done_before = 0
     with contextlib.suppress(Exception):
         done_before = (await client.queue_counts(STEADY_QUEUE)).get("succeeded", 0)
@@ -109,7 +120,24 @@ async def steady_load(
         since = page[-1]["seq"]
     claims.sort()
     out.claim_gaps_ms = [(b - a) * 1000 for a, b in itertools.pairwise(claims)]
+    out.claim_gap_at = [a - wall_start for a in claims[:-1]]
     return out
+
+
+LONG_COMMIT = ("0.1", "0.25", "0.5", "1.0")  # bounds of the node's commit histogram (core/obs/metrics.py)
+
+
+def _long_commits(metrics: str) -> dict[str, int]:
+    """Store transactions longer than each of LONG_COMMIT seconds, from the node's commit histogram."""
+    below: dict[str, float] = {}
+    count = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("jobdeck_store_commit_seconds_bucket"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            below[le] = float(line.split()[-1])
+        elif line.startswith("jobdeck_store_commit_seconds_count"):
+            count = float(line.split()[-1])
+    return {le: int(count - below.get(le, count)) for le in LONG_COMMIT}
 
 
 @dataclass
