@@ -7,9 +7,12 @@ that are still finished and still past their cutoff: a job retried between the a
 the purge stays (its archived copy is then an old version, which a restore skips: the id exists).
 
 A purge never holds the writer for long: it goes in write operations of its own of about
-PURGE_SLICE seconds of work each (DELETEs of PURGE_CHUNK jobs until the slice is spent), so the
-claims, results and submits queued meanwhile commit in between. In one transaction, 500 jobs with
-their attempts, tags and the jobs' 20 indexes held every other write 30-130 ms at a load of 5.
+PURGE_SLICE seconds of work each, so the claims, results and submits queued meanwhile commit in
+between. In one transaction, 500 jobs with their attempts, tags and the jobs' 20 indexes held every
+other write 30-130 ms at a load of 5. Each DELETE in an operation takes as many jobs as fit in what
+is left of its slice at the cost per job the last one measured (Pace): that cost varies tenfold with
+the load and the cache, and a fixed chunk of 100 jobs held the writer 40-310 ms at 300,000 stored
+jobs (bench scale, a 20 ms op stops only after the chunk that passed it).
 """
 
 from __future__ import annotations
@@ -54,8 +57,29 @@ class ArchivedFile:
         return (self.node, self.folder, self.file, self.day, self.jobs, self.bytes, self.first_job, self.last_job, now)
 
 
-PURGE_SLICE = 0.01  # seconds of the writer's time one purge operation takes (about: it stops after the chunk past it)
-PURGE_CHUNK = 100  # jobs per DELETE inside it
+PURGE_SLICE = 0.01  # seconds of the writer's time one purge operation takes
+PURGE_CHUNK = 100  # jobs per DELETE inside it, at most
+
+
+class Pace:
+    """How many jobs the next DELETE of a purge operation takes: as many as fit in what is left of its
+    PURGE_SLICE at the seconds per job the last DELETE took, at most twice the last one's and
+    PURGE_CHUNK; one at least. An operation's first DELETE always runs (a purge always moves on)."""
+
+    def __init__(self) -> None:
+        self.per_job, self.last = PURGE_SLICE / 10, 10  # a first DELETE of 10 jobs, before anything was measured
+
+    def next(self, began: float, done: int) -> int:
+        """Jobs for the next DELETE of an operation that began at `began` (perf_counter) and went through
+        `done` jobs; 0 when the slice has no room for one more job."""
+        left = PURGE_SLICE - (time.perf_counter() - began)
+        n = min(PURGE_CHUNK, 2 * self.last, round(left / self.per_job)) if left > 0 else 0
+        return max(n, 1 if done == 0 else 0)
+
+    def took(self, jobs: int, seconds: float) -> None:
+        self.last, self.per_job = jobs, max(seconds, 1e-6) / jobs
+
+
 JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 
 FILE_COLUMNS = ("node", "folder", "file", "day", "jobs", "bytes", "first_job", "last_job", "updated_at")
@@ -169,6 +193,7 @@ class SQLiteArchive:
             return 0
         marks = _Marks(False)
         cond = cutoffs.sql(marks)
+        pace = Pace()
 
         def op(tx: Tx, todo: Sequence[int], appended: Sequence[ArchivedFile]) -> tuple[int, int]:
             c = tx.conn
@@ -180,9 +205,9 @@ class SQLiteArchive:
                 [f.row(tx.now) for f in appended],
             )
             began, done, gone = time.perf_counter(), 0, 0
-            while done < len(todo) and (done == 0 or time.perf_counter() - began < PURGE_SLICE):
-                chunk = todo[done : done + PURGE_CHUNK]
-                done += len(chunk)
+            while done < len(todo) and (n := pace.next(began, done)):
+                chunk = todo[done : done + n]
+                t0 = time.perf_counter()
                 id_list = ", ".join(str(int(i)) for i in chunk)
                 rows = c.execute(f"DELETE FROM jobs WHERE id IN ({id_list}) AND {_FINISHED} AND {cond} "
                                  "RETURNING id, tags", marks.values).fetchall()  # fmt: skip
@@ -193,6 +218,8 @@ class SQLiteArchive:
                     # read all of it inside the writer (1.4 s per batch at a million jobs: every write waited).
                     pairs = [(str(t), r[0]) for r in rows for t in orjson.loads(r[1] or "[]")]
                     c.executemany("DELETE FROM job_tags WHERE tag = ? AND job_id = ?", pairs)
+                pace.took(len(chunk), time.perf_counter() - t0)
+                done += len(chunk)
                 gone += len(rows)
             return done, gone
 
@@ -272,6 +299,7 @@ class PostgresArchive:
         marks = _Marks(True)
         id_mark = marks([0])  # $1: the chunk's ids, filled in per statement
         cond = cutoffs.sql(marks)
+        pace = Pace()
         delete = (f"DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE id = ANY({id_mark}::bigint[]) AND "
                   f"{_FINISHED} AND {cond} FOR UPDATE SKIP LOCKED) RETURNING id, tags::text")  # fmt: skip
 
@@ -287,9 +315,9 @@ class PostgresArchive:
                     [f.row(tx.now) for f in appended],
                 )
             began, done, gone = time.perf_counter(), 0, 0
-            while done < len(todo) and (done == 0 or time.perf_counter() - began < PURGE_SLICE):
-                chunk = [int(i) for i in todo[done : done + PURGE_CHUNK]]
-                done += len(chunk)
+            while done < len(todo) and (n := pace.next(began, done)):
+                chunk = [int(i) for i in todo[done : done + n]]
+                t0 = time.perf_counter()
                 rows = await c.fetch(delete, chunk, *marks.values[1:])
                 deleted = [r[0] for r in rows]
                 if deleted:
@@ -299,6 +327,8 @@ class PostgresArchive:
                     await c.execute("DELETE FROM job_tags t USING unnest($1::text[], $2::bigint[]) AS d(tag, job_id) "
                                     "WHERE t.tag = d.tag AND t.job_id = d.job_id",
                                     [p[0] for p in pairs], [p[1] for p in pairs])  # fmt: skip
+                pace.took(len(chunk), time.perf_counter() - t0)
+                done += len(chunk)
                 gone += len(deleted)
             return done, gone
 

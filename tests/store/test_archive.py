@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,8 @@ async def _pg_searchable(kit: StoreKit, ids: list[int]) -> list[int] | None:
 async def test_restored_jobs_are_counted_and_found_by_a_search(kit: StoreKit) -> None:
     """A restore puts jobs back into the counts (/v1/stats, /v1/queues) and into the search index
     (SQLite: when their ids are below what it holds; the insert does both, sqlite/0023. PostgreSQL:
-    the triggers of postgres/0023, which take a purged job's text out)."""
+    the insert's trigger marks their text pending, postgres/0024, the indexer writes it; the delete's
+    trigger of postgres/0023 takes a purged job's text out)."""
     from tests.store.test_job_counts import assert_counts_agree
     from tests.store.test_job_lists import _search_index_filled
 
@@ -104,12 +106,13 @@ async def test_restored_jobs_are_counted_and_found_by_a_search(kit: StoreKit) ->
     old = await finished_jobs(store, 6, "q", NOW - 40 * DAY)
     await store.submit_jobs([build_job({"name": "newer", "queue": "q", "task": {"kind": "shell", "command": "true"}},
                                        NOW, POLICY)])  # fmt: skip
-    if kit.kind == "sqlite":
-        await _search_index_filled(store)
+    await _search_index_filled(store)
+    assert await _pg_searchable(kit, old) in (old, None)
     records = await store.archivable_jobs(Cutoffs(NOW - 30 * DAY), 100)
     assert await store.purge_jobs([r["job"]["id"] for r in records], Cutoffs(NOW - 30 * DAY)) == len(old)
     assert await _pg_searchable(kit, old) in ([], None), "a purged job's text left in the search index"
     assert await store.restore_jobs(records) == len(old)
+    await _search_index_filled(store)  # PostgreSQL: their text is written after the commit
     assert await _pg_searchable(kit, old) in (old, None)
     await assert_counts_agree(store, "after a restore")
     found = [j.id for j in await store.list_jobs(JobFilter(search="old-q-3"), None, 100)]
@@ -211,3 +214,50 @@ async def test_an_idempotency_key_lives_as_long_as_its_job_then_makes_a_new_one(
     assert await store.purge_jobs([r["job"]["id"] for r in await store.archivable_jobs(cut, 10)], cut) == 1
     [(fresh, created_fresh)] = await store.submit_jobs([build_job(spec, NOW, POLICY)])
     assert created_fresh and fresh.id != first.id, "once retention purged its job, the key makes a new job"
+
+
+def test_a_purge_delete_takes_the_jobs_that_fit_in_what_is_left_of_its_slice() -> None:
+    from core.store import archive
+
+    pace = archive.Pace()
+    began = time.perf_counter()
+    assert pace.next(began, 0) == 10, "before anything is measured: 10 jobs"
+    pace.took(10, archive.PURGE_SLICE / 100)  # 0.01 of the slice a job: room for 100, but at most twice the last
+    assert pace.next(time.perf_counter(), 0) == 20
+    pace.took(20, archive.PURGE_SLICE * 2)  # one job costs a tenth of the slice
+    assert pace.next(time.perf_counter(), 0) <= 10
+    assert pace.next(time.perf_counter() - archive.PURGE_SLICE, 5) == 0, "a spent slice takes no more"
+    assert pace.next(time.perf_counter() - archive.PURGE_SLICE, 0) == 1, "an operation's first DELETE always runs"
+
+
+async def test_a_purge_holds_the_sqlite_writer_about_a_slice_however_dear_a_job_is(tmp_path: Path) -> None:
+    """Each DELETE of a purge takes the jobs that fit in what is left of its write operation's slice,
+    at the cost the last one measured: when a job costs 2 ms to delete, no transaction deletes more
+    than 10 (the first DELETE's share, before anything was measured). The old fixed chunk of 100 jobs
+    per DELETE held the writer 100 x 2 ms in one transaction."""
+    from core.store.sqlite import SQLiteStore
+
+    statements: list[str] = []
+    store = SQLiteStore(tmp_path / "jobdeck.db", POLICY, on_commit=lambda events: None, trace=statements.append)
+    await store.open()
+    try:
+        old = await finished_jobs(store, 60, "q", NOW - 40 * DAY)
+
+        def dear_deletes(tx: Any) -> None:  # on the writer's connection: a job costs at least 2 ms to delete
+            tx.conn.create_function("dear", 0, lambda: time.sleep(0.002))
+            tx.conn.execute("CREATE TEMP TRIGGER dear_delete AFTER DELETE ON jobs BEGIN SELECT dear(); END")
+
+        await store._write(dear_deletes)
+        statements.clear()
+        assert await store.purge_jobs(old, Cutoffs(NOW - 30 * DAY)) == len(old)
+    finally:
+        await store.close()
+    per_tx: list[set[str]] = []  # each transaction's job ids deleted (the trace repeats a statement per row it returns)
+    for s in statements:
+        if s.startswith("BEGIN"):
+            per_tx.append(set())
+        elif s.startswith("DELETE FROM jobs WHERE id IN ("):
+            per_tx[-1].update(s.split("(", 1)[1].split(")", 1)[0].split(", "))
+    sizes = [len(ids) for ids in per_tx if ids]
+    assert sum(sizes) == len(old), sizes
+    assert max(sizes) <= 10, f"jobs deleted per transaction: {sizes}"
