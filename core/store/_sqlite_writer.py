@@ -150,6 +150,7 @@ class Writer:
         self.schema_version = 0
         self.observe_commit: Callable[[float], None] | None = None  # the node's commit-latency histogram
         self.next_job_id = 0  # the id the next new job gets, as of the last commit (the search indexer reads it)
+        self.commits = 0  # transactions committed (the search indexer merges only after writes)
 
     async def start(self) -> None:
         """Open the database, apply migrations and start the writer thread."""
@@ -235,6 +236,7 @@ class Writer:
                 batch += more
             next_seq, next_job_id = self._commit(conn, batch, next_seq, next_job_id)
             self.next_job_id = next_job_id
+            self.commits += 1
         stop_checkpoints.set()
         checkpointer.join()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -616,9 +616,11 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         self._lock_file = f
 
     async def _keep_search_index(self) -> None:
-        """Index new jobs for searches, a slice a write while any is left (core/store/_sqlite_search.py).
-        It looks at the writer's next job id, so an idle store costs no query at all."""
+        """Index new jobs for searches, a slice a write while any is left, and merge the index's segments
+        a few pages a write while any are to merge (core/store/_sqlite_search.py). It looks at the
+        writer's next job id and commit count, so an idle store costs no query at all."""
         upto = -1
+        merged = -1  # the writer's commit count when a merge last found nothing to do
         while True:
             try:
                 if upto < 0:  # at the start: the jobs a fill or an older version left unindexed count too
@@ -626,14 +628,21 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                     newest = max(newest or 0, self._writer.next_job_id - 1)
                 else:
                     newest = self._writer.next_job_id - 1
+                began = time.perf_counter()
                 if newest > upto:
-                    began = time.perf_counter()
                     done, upto = await self._writer.run(lambda tx: search_index.index_slice(tx.conn))
-                    if done == search_index.SLICE:
-                        # as long again before the next slice: catching up takes at most half the writer
-                        await asyncio.sleep(min(time.perf_counter() - began, SEARCH_INDEX_POLL))
-                        continue
-                    upto = max(upto, newest)  # ids up to it that are gone (deleted newest jobs) never come back
+                    if done < search_index.SLICE:
+                        upto = max(upto, newest)  # ids up to it that are gone (deleted newest jobs) never come back
+                    work = True
+                elif self._writer.commits != merged:  # written since (a slice, a purge, a restore): merge
+                    work = await self._writer.run(lambda tx: search_index.merge_step(tx.conn))
+                    if not work:
+                        merged = self._writer.commits
+                else:
+                    work = False
+                if work:  # as long again before the next write: catching up takes at most half the writer
+                    await asyncio.sleep(min(time.perf_counter() - began, SEARCH_INDEX_POLL))
+                    continue
             except Unavailable:
                 return
             except Exception:

@@ -5,6 +5,7 @@ pages that neither skip nor repeat a job, searched by id, name, task text and ta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from typing import Any
 
@@ -288,3 +289,32 @@ async def test_search_pages_and_counts_are_what_its_condition_says(kit: StoreKit
             rows = await c.fetch("SELECT job_id, body FROM job_search WHERE job_id = ANY($1::bigint[])",
                                  [victim.id, renamed.id])  # fmt: skip
         assert [(r[0], r[1].split("\n")[0]) for r in rows] == [(renamed.id, "renamed")], rows
+
+
+@pytest.mark.parametrize("kit", ["sqlite"], indirect=True)
+async def test_sqlite_search_index_is_merged_by_its_indexer_not_by_the_writes_that_fill_it(kit: StoreKit) -> None:
+    """No write merges the FTS5 index's segments inside its own transaction (automerge 0, migration
+    0024: a merge falling on a purge of 10 jobs made its transaction up to 0.5 s): each write of the
+    index adds one segment, and the store's indexer merges them, a few pages a write, down to one."""
+    from core.store import _sqlite_search as search_index
+
+    s = kit.store
+    s._indexer.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await s._indexer
+    for i in range(10):  # ten writes of the index
+        await submit(s, *({"name": f"cust-{i}-{k}"} for k in range(50)))
+        await s._write(lambda tx: search_index.index_slice(tx.conn))
+
+    async def segments() -> int:
+        return int(await s._read(lambda c: c.execute("SELECT count(DISTINCT segid) FROM job_search_idx").fetchone()[0]))
+
+    assert await segments() == 10, "a write merged the index's segments"
+    config = dict(await s._read(lambda c: c.execute("SELECT k, v FROM job_search_config").fetchall()))
+    assert config.get("automerge") == 0, f"FTS5 merges inside the writes that fill the index: {config}"
+    s._indexer = asyncio.get_running_loop().create_task(s._keep_search_index())
+    deadline = asyncio.get_running_loop().time() + 30
+    while await segments() > 1:
+        assert asyncio.get_running_loop().time() < deadline, f"the indexer left {await segments()} segments"
+        await asyncio.sleep(0.05)
+    assert len(await all_pages(s, JobFilter(search="cust-3-"), "id", "desc", 100)) == 50
