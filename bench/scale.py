@@ -121,6 +121,7 @@ def fill_sqlite(path: Path, jobs: int, backlog: int, now: float) -> None:
 async def fill_postgres(url: str, jobs: int, backlog: int, now: float) -> None:
     import asyncpg
 
+    from core.store._pg_search import index_all
     from core.store._pg_writer import migrate
 
     conn = await asyncpg.connect(url)
@@ -132,6 +133,7 @@ async def fill_postgres(url: str, jobs: int, backlog: int, now: float) -> None:
             await conn.execute(statement)
         await conn.execute("SELECT setval(pg_get_serial_sequence('jobs', 'id'), $1)", jobs + backlog)
         await conn.execute("UPDATE event_seq SET last = $1", 3 * jobs)
+        await index_all(conn)  # the search index, as a store that ran would hold it
     finally:
         await conn.close()
 

@@ -24,11 +24,13 @@ import asyncpg
 from core.config import masked_url
 from core.errors import JobDeckError, NotFound, Unavailable
 from core.flow import UNLIMITED, Bucket, QueueLimits, merge_keys
+from core.idle import IdlePoll
 from core.model import Job, Policy, decide_cancel, decide_claim, decide_promote, decide_start_buffered, utcnow
 from core.schedule import FirePlan, Run, Schedule, run_to_release, schedule_to_dict
 from core.store import _pg_deps as deps_sql
 from core.store import _pg_flow as flow_sql
 from core.store import _pg_reads as reads
+from core.store import _pg_search as search_index
 from core.store import _pg_sql as sql
 from core.store import audit
 from core.store import pickup as pickup_sql
@@ -169,6 +171,8 @@ class PostgresStore(
         self._writer: PgWriter | None = None
         self._observe_commit: Callable[[float], None] | None = None
         self._maintenance: asyncio.Task[None] | None = None
+        self._indexer: asyncio.Task[None] | None = None
+        self._inserted = asyncio.Event()  # this node committed new jobs: their text is pending
         self._job_id_seq = "jobs_id_seq"
         self._limited: frozenset[str] = frozenset()  # queues with a concurrency limit, as last read
         self._limited_at = float("-inf")
@@ -204,10 +208,37 @@ class PostgresStore(
         except BaseException:
             await self._pool.close()
             raise
-        self._writer = PgWriter(self._pool, self.clock, self._on_commit)
+        self._writer = PgWriter(self._pool, self.clock, self._committed)
         self._writer.observe_commit = self._observe_commit
         self._writer.start()
         self._maintenance = asyncio.create_task(self._maintain(), name="jobdeck-pg-maintenance")
+        self._indexer = asyncio.create_task(self._keep_search_index(), name="jobdeck-pg-search-index")
+
+    def _committed(self, events: list[Event]) -> None:
+        self._on_commit(events)
+        if not self._inserted.is_set() and any(e.type == "job.created" for e in events):
+            self._inserted.set()
+
+    async def _keep_search_index(self) -> None:
+        """Move the text of jobs committed since into the search index (core/store/_pg_search.py
+        fill_pending), a slice a transaction while any is pending: at once when this node committed
+        new jobs, and every few seconds anyway (what another node, a restore or a restart left)."""
+        assert self._pool is not None
+        idle = IdlePoll()
+        found = True
+        while True:
+            try:
+                async with self._pool.acquire() as conn:
+                    n = await search_index.fill_pending(conn)
+                    while n >= search_index.FILL_SLICE:
+                        n = await search_index.fill_pending(conn)
+                found = found or n > 0
+            except Exception as exc:  # the database restarting, say: try again next time
+                log.warning("indexing jobs for searches failed (will try again): %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._inserted.wait(), idle.after(found))
+            found = self._inserted.is_set()
+            self._inserted.clear()
 
     async def _maintain(self) -> None:
         """Fold the job counts every FOLD_EVERY seconds, look at the planner statistics every CHECK_EVERY."""
@@ -245,11 +276,12 @@ class PostgresStore(
 
     async def close(self) -> None:
         """Commit what is queued and close the pool."""
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._maintenance
-            self._maintenance = None
+        for task in (self._maintenance, self._indexer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._maintenance = self._indexer = None
         if self._writer is not None:
             await self._writer.stop()
         self._closing = True

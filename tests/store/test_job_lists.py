@@ -122,11 +122,17 @@ def test_bad_sort_order_and_cursor_are_422s_naming_the_field() -> None:
 
 
 async def _search_index_filled(s: Any) -> None:
-    """Wait (with a deadline) until the SQLite store's search index holds every job."""
+    """Wait (with a deadline) until the store's search index holds every job (both fill it after the commit)."""
+
+    async def behind() -> bool:
+        if hasattr(s, "_pool"):  # PostgreSQL: no job's text pending
+            async with s._pool.acquire() as c:
+                return bool(await c.fetchval("SELECT EXISTS (SELECT 1 FROM job_search_pending)"))
+        sql = "SELECT (SELECT max(id) FROM jobs) > (SELECT upto FROM job_search_upto)"
+        return bool(await s._read(lambda c: c.execute(sql).fetchone()[0]))
+
     deadline = asyncio.get_running_loop().time() + 30
-    while await s._read(
-        lambda c: c.execute("SELECT (SELECT max(id) FROM jobs) > (SELECT upto FROM job_search_upto)").fetchone()[0]
-    ):
+    while await behind():
         assert asyncio.get_running_loop().time() < deadline, "the search index was not filled within 30 s"
         await asyncio.sleep(0.05)
 
@@ -252,8 +258,7 @@ async def test_search_pages_and_counts_are_what_its_condition_says(kit: StoreKit
     if kit.kind == "postgres":
         await _raw(kit, "", "SELECT setval(pg_get_serial_sequence('jobs', 'id'), 90000)")
     new = await submit(s, {"name": "cust-new"}, {"name": "nothing", "task": {"kind": "shell", "argv": ["CUST-x"]}})
-    if kit.kind == "sqlite":
-        await _search_index_filled(s)
+    await _search_index_filled(s)  # the jobs not yet indexed: test_pg_search_finds_the_jobs_whose_text_is_pending
     expected = sorted([j.id for j in [*old, *mid, *new] if "cust-" in (j.name + str(j.task) + str(j.tags)).lower()],
                       reverse=True)  # fmt: skip
     assert len(expected) == 20 + 6 + 2
@@ -285,10 +290,56 @@ async def test_search_pages_and_counts_are_what_its_condition_says(kit: StoreKit
     assert await found("renamed") == [renamed.id]
     assert await s.count_jobs(JobFilter(search="cust-")) == (len(left), True)
     if kit.kind == "postgres":  # the index forgot the deleted job and the old name
+        await _search_index_filled(s)
         async with s._pool.acquire() as c:
             rows = await c.fetch("SELECT job_id, body FROM job_search WHERE job_id = ANY($1::bigint[])",
                                  [victim.id, renamed.id])  # fmt: skip
         assert [(r[0], r[1].split("\n")[0]) for r in rows] == [(renamed.id, "renamed")], rows
+
+
+@pytest.mark.parametrize("kit", ["postgres"], indirect=True)
+async def test_pg_search_finds_the_jobs_whose_text_is_pending(kit: StoreKit) -> None:
+    """PostgreSQL writes a job's search text after its commit (migration 0024): the insert notes the
+    new ids in job_search_pending and the store's indexer moves them into job_search. A search finds
+    the pending jobs, in pages and counts, the same as once they are indexed and when some are each;
+    and a job committed late with a lower id (another node's transaction, or this one's, still open
+    while newer jobs were indexed) is indexed too: a cursor over the ids indexed would skip it."""
+    from core.store import _pg_search as search_index
+
+    s = kit.store
+    s._indexer.cancel()  # the indexer moves nothing until the test does it
+    async with s._pool.acquire() as c:
+        late = c.transaction()  # a job inserted now, committed after newer ones were indexed
+        await late.start()
+        late_id = await c.fetchval(
+            "INSERT INTO jobs (name, queue, state, priority, sort_key, run_at, created_at, updated_at, max_attempts, "
+            "backoff_base, backoff_cap, task, tags, spec_max_attempts) VALUES ('cust-late', 'default', 'queued', 0, 0, "
+            "0, 0, 0, 3, 1, 60, '{\"kind\": \"noop\"}', '[]', 3) RETURNING id"
+        )
+        batch = await submit(s, *({"name": f"cust-{i}" if i % 2 else f"other-{i}"} for i in range(30)))
+        one = await submit(s, {"name": "x", "tags": ["cust-tag"]})
+        expected = sorted([j.id for j in [*batch, *one] if "cust-" in j.name + str(j.tags)], reverse=True)
+
+        async def found(order: str = "desc", size: int = 100) -> list[int]:
+            return [j.id for j in await all_pages(s, JobFilter(search="cust-"), "id", order, size)]
+
+        async with s._pool.acquire() as other:
+            assert await other.fetchval("SELECT count(*) FROM job_search") == 0
+            assert await other.fetchval("SELECT count(*) FROM job_search_pending") == 2, "a row per INSERT statement"
+        for stage in ("pending", "some indexed", "indexed"):
+            assert await found() == expected, stage
+            assert await found(size=4) == expected, f"{stage}: pages of 4"
+            assert await found("asc", 3) == expected[::-1], f"{stage}: oldest first, pages of 3"
+            assert await s.count_jobs(JobFilter(search="cust-")) == (len(expected), True), stage
+            async with s._pool.acquire() as other:
+                await search_index.fill_pending(other)  # the oldest pending row: the batch, then the one
+        await late.commit()
+        async with s._pool.acquire() as other:
+            assert await search_index.fill_pending(other) == 1
+            assert await other.fetchval("SELECT count(*) FROM job_search_pending") == 0
+            indexed = await other.fetchval("SELECT count(*) FROM job_search")
+        assert indexed == len(batch) + len(one) + 1, "every job's text once, the late one's too"
+        assert await found() == sorted([*expected, late_id], reverse=True)
 
 
 @pytest.mark.parametrize("kit", ["sqlite"], indirect=True)

@@ -322,6 +322,7 @@ async def test_a_search_reads_the_text_index_block_by_block_not_every_newer_job(
     async with kit.store._pool.acquire() as conn:
         await conn.execute(FILL.replace("ANALYZE;", "ANALYZE;" if statistics == "fresh" else ""))
         await conn.execute(NEWEST_ELSEWHERE.replace("ANALYZE;", "ANALYZE;" if statistics == "fresh" else ""))
+        await search_index.index_all(conn)  # what the store's indexer does after each commit
         # "job-12": 1,111 jobs (job-12, job-120 ... job-129999), most of them ids 120,000-129,999
         for flt, page in ((JobFilter(search="job-12"), None), (JobFilter(search="job-12"), 125_000),
                           (JobFilter(search="job-12", states=("queued",)), None)):  # fmt: skip
@@ -332,7 +333,10 @@ async def test_a_search_reads_the_text_index_block_by_block_not_every_newer_job(
                                         "AND id < $1 ORDER BY id DESC LIMIT 50", page or 2**62,
                                         flt.states[0] if flt.states else None)  # fmt: skip
             assert [j.id for j in jobs] == [r[0] for r in expected], f"{flt} before {page}"
-            query, args = rec.ran[0]
+            (pending, pending_args), (query, args) = rec.ran[:2]  # the pending jobs checked, then the index
+            plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN (ANALYZE, COSTS OFF) {pending}", *pending_args))
+            report.append(f"-- {flt} (before {page}, {statistics} statistics), the pending jobs\n{plan}")
+            assert "jobs_pkey" in plan and "Seq Scan on jobs" not in plan, f"{flt}: pending jobs not by id:\n{plan}"
             async with conn.transaction():
                 await conn.execute(search_index.PLAN)
                 plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN (ANALYZE, COSTS OFF) {query}", *args))
