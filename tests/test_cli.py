@@ -147,6 +147,8 @@ def test_queues_keys_sets_the_per_key_limit_and_weights_and_submit_takes_the_key
     assert bad.returncode != 0 and "a weight is a positive number" in bad.stderr, bad
     off = jobdeck(jobdeck_process, "queues", "keys", "keys-q", "none", "--fair", "off")
     assert off.stdout.strip() == "queue keys-q: no per-key limit; no fair rotation (weights gold=3)", off.stdout
+    one = jobdeck(jobdeck_process, "queues", "keys", "keys-q", "1")
+    assert one.stdout.startswith("queue keys-q: at most 1 job of one concurrency key runs at once;"), one.stdout
 
 
 def job_state(server: ServerProcess, job_id: int) -> str:
