@@ -154,7 +154,11 @@ class ConsoleApp(App[int]):
     def _tick(self) -> None:
         main = self.main_screen
         if main is not None and self.screen is main:
-            main.current_view.tick()
+            try:
+                view = main.current_view
+            except NoMatches:  # the app is closing: its views are being removed under the timer
+                return
+            view.tick()
         for header in list(self.headers):
             header.refresh()
 

@@ -24,8 +24,11 @@ from tests.agents.tasks_for_tests import TICK_SECONDS, _note
 from tests.agents.test_handlers import alive
 from tests.conftest import ROOT, until
 
-RUN_SECONDS = 3.0  # how long each run would take if nobody stopped it
-TIMEOUT = 1.0
+RUN_SECONDS = 4.0  # how long each run would take if nobody stopped it
+# The timeout bounds the whole attempt, a worker's start included: at a load of 8 a fresh Python
+# worker (the first one was killed with its timed-out run) took over 1 s, and attempt 2 timed out
+# before its task could note its start (CI). 2 s leaves it room and still stops every run early.
+TIMEOUT = 2.0
 
 
 @dataclass
