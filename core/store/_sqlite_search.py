@@ -55,6 +55,28 @@ def merge_step(conn: sqlite3.Connection) -> bool:
     return conn.total_changes - before >= 2  # FTS5's sign that the merge did some work
 
 
+def segments(conn: sqlite3.Connection) -> int | None:
+    """How many segments the index has, read from FTS5's structure record without writing: row 10 of
+    job_search_data is a 4-byte change cookie, FTS5's 4-byte v2 marker (newer versions), then
+    varints: levels, segments. None if it cannot be read (the caller then merges to find out)."""
+    row = conn.execute("SELECT block FROM job_search_data WHERE id = 10").fetchone()
+    if row is None:
+        return 0  # nothing indexed yet
+    block = row[0]
+    if not isinstance(block, bytes) or len(block) < 6:
+        return None
+    at = 8 if block[4:8] == b"\xff\x00\x00\x01" else 4
+    values: list[int] = []
+    value = 0
+    while len(values) < 2 and at < len(block):
+        value = (value << 7) | (block[at] & 0x7F)
+        if not block[at] & 0x80:
+            values.append(value)
+            value = 0
+        at += 1
+    return values[1] if len(values) == 2 else None
+
+
 def index_restored(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
     """Index the jobs just inserted with ids up to `upto` (archived jobs put back): the indexer only
     reads ids after it. New jobs' ids are all above it, so a submit pays one look-up."""

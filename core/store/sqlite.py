@@ -635,7 +635,11 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                         upto = max(upto, newest)  # ids up to it that are gone (deleted newest jobs) never come back
                     work = True
                 elif self._writer.commits != merged:  # written since (a slice, a purge, a restore): merge
-                    work = await self._writer.run(lambda tx: search_index.merge_step(tx.conn))
+                    # a read first: a store whose index has one segment (nothing to merge) writes nothing
+                    count = await self._read(search_index.segments)
+                    work = count is None or count > 1
+                    if work:
+                        work = await self._writer.run(lambda tx: search_index.merge_step(tx.conn))
                     if not work:
                         merged = self._writer.commits
                 else:

@@ -361,6 +361,7 @@ async def test_sqlite_search_index_is_merged_by_its_indexer_not_by_the_writes_th
         return int(await s._read(lambda c: c.execute("SELECT count(DISTINCT segid) FROM job_search_idx").fetchone()[0]))
 
     assert await segments() == 10, "a write merged the index's segments"
+    assert await s._read(search_index.segments) == 10, "the structure record read without writing agrees"
     config = dict(await s._read(lambda c: c.execute("SELECT k, v FROM job_search_config").fetchall()))
     assert config.get("automerge") == 0, f"FTS5 merges inside the writes that fill the index: {config}"
     s._indexer = asyncio.get_running_loop().create_task(s._keep_search_index())
@@ -368,4 +369,5 @@ async def test_sqlite_search_index_is_merged_by_its_indexer_not_by_the_writes_th
     while await segments() > 1:
         assert asyncio.get_running_loop().time() < deadline, f"the indexer left {await segments()} segments"
         await asyncio.sleep(0.05)
+    assert await s._read(search_index.segments) == 1
     assert len(await all_pages(s, JobFilter(search="cust-3-"), "id", "desc", 100)) == 50
