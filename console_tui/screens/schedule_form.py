@@ -14,6 +14,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Label, Static
@@ -207,7 +208,10 @@ class ScheduleFormScreen(ModalScreen[dict[str, Any] | None]):
         await asyncio.sleep(PREVIEW_DEBOUNCE)
         if not self.is_mounted:  # the form was saved or closed meanwhile
             return
-        v, panel = self.values(), self.query_one("#preview", Static)
+        try:
+            v, panel = self.values(), self.query_one("#preview", Static)
+        except NoMatches:  # the app is closing: the form's widgets went during the debounce
+            return
         timing = {k: v[k] for k in TIMINGS if v.get(k)}
         if len(timing) != 1:
             problem = None if not timing else f"give one of Cron, Every or Once at, not {len(timing)}"

@@ -116,7 +116,9 @@ async def search_rows(
     first, last = (newest, 0) if descending else (0, newest)
     if after is not None:
         first = max(0, min(newest, after + step))
-    cursor = f" AND s.job_id {cmp} {after_arg}" if after is not None else ""
+    # "+ 0": the cursor must not be an index condition, or the planner may walk job_search_pkey over
+    # every id below the cursor (157 ms at 125,000) instead of the trigram index block by block
+    cursor = f" AND s.job_id + 0 {cmp} {after_arg}" if after is not None else ""
     blocks = f"generate_series({arg(first >> BLOCK_BITS)}::bigint, {arg(last >> BLOCK_BITS)}::bigint, {step})"
     pattern = arg(search_pattern(text))
     terms = " AND ".join(["jobs.id = s.job_id", *where])
