@@ -5,6 +5,7 @@ limits and the breakers' numbers, reset a breaker."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -154,102 +155,40 @@ class QueuesView(TableView):
             await self.call(self.console.client.queue_action(q["name"], "resume"), f"queue {q['name']} resumed")
             await self.reload()
 
-    async def action_concurrency(self) -> None:
+    def _edit_queue(self, what: str, hint: str, parse: Callable[[str], Json], shown: Callable[[Json], str]) -> None:
+        """A prompt for one of the highlighted queue's settings, live: `parse` turns what is typed into
+        the queue's changes (a ValueError says what it cannot use), `shown` the queue into its current text."""
         q = self.current()
         if q is None:
             return
         client = self.console.client
 
         async def submit(text: str) -> Json:
-            text = text.strip()
-            if text.lower() in ("", "none", "-"):
-                return await client.set_concurrency(q["name"], None)
-            try:
-                value = int(text)
-            except ValueError:
-                raise ValueError(f"{text!r} is not a whole number (or 'none' for no limit)") from None
-            return await client.set_concurrency(q["name"], value)
+            return await client.update_queue(q["name"], **parse(text))
 
-        current = "none" if q.get("concurrency") is None else str(q["concurrency"])
-        self.console.push_screen(PromptScreen(f"Concurrency of queue {q['name']}",
-                                              "jobs of this queue running at once ('none': no limit)", submit,
-                                              value=current))  # fmt: skip
+        self.console.push_screen(PromptScreen(f"{what} of queue {q['name']}", hint, submit, value=shown(q)))
+
+    async def action_concurrency(self) -> None:
+        self._edit_queue("Concurrency", "jobs of this queue running at once ('none': no limit)",
+                         lambda t: {"concurrency": parse_whole(t)}, lambda q: limit_text(q.get("concurrency")))  # fmt: skip
 
     async def action_rate_limit(self) -> None:
-        q = self.current()
-        if q is None:
-            return
-        client = self.console.client
-
-        async def submit(text: str) -> Json:
-            text = text.strip()
-            if text.lower() in ("", "none", "-"):
-                return await client.update_queue(q["name"], rate_limit=None)
-            rate, _, burst = text.partition(" burst ")
-            try:
-                value = float(rate.removesuffix("/s"))
-                changes: dict[str, Any] = {"rate_limit": value}
-                if burst:
-                    changes["rate_burst"] = int(burst)
-            except ValueError:
-                raise ValueError(f"{text!r}: a number per second, optionally 'burst N' (or 'none')") from None
-            return await client.update_queue(q["name"], **changes)
-
-        current = "none" if q.get("rate_limit") is None else f"{q['rate_limit']:g}"
-        if q.get("rate_burst") is not None:
-            current += f" burst {q['rate_burst']}"
-        self.console.push_screen(PromptScreen(f"Rate limit of queue {q['name']}",
-                                              "jobs started per second over every node, e.g. '10' or '0.5 burst 3' "
-                                              "('none': no limit)", submit, value=current))  # fmt: skip
+        self._edit_queue("Rate limit", "jobs started per second over every node, e.g. '10' or '0.5 burst 3' "
+                         "('none': no limit)", parse_rate_limit, rate_limit_text)  # fmt: skip
 
     async def action_key_limit(self) -> None:
-        q = self.current()
-        if q is None:
-            return
-        client = self.console.client
-
-        async def submit(text: str) -> Json:
-            text = text.strip()
-            if text.lower() in ("", "none", "-"):
-                return await client.update_queue(q["name"], key_concurrency=None)
-            try:
-                value = int(text)
-            except ValueError:
-                raise ValueError(f"{text!r} is not a whole number (or 'none' for no limit)") from None
-            return await client.update_queue(q["name"], key_concurrency=value)
-
-        current = "none" if q.get("key_concurrency") is None else str(q["key_concurrency"])
-        self.console.push_screen(PromptScreen(f"Per-key limit of queue {q['name']}",
-                                              "jobs of one concurrency key running at once ('none': no limit)", submit,
-                                              value=current))  # fmt: skip
+        self._edit_queue("Per-key limit", "jobs of one concurrency key running at once ('none': no limit)",
+                         lambda t: {"key_concurrency": parse_whole(t)}, lambda q: limit_text(q.get("key_concurrency")))  # fmt: skip
 
     async def action_fair_share(self) -> None:
-        q = self.current()
-        if q is None:
-            return
-        client = self.console.client
-
-        async def submit(text: str) -> Json:
-            return await client.update_queue(q["name"], **parse_fair_share(text))
-
-        self.console.push_screen(PromptScreen(f"Fair share of queue {q['name']}",
-                                              "'on' or 'off' (claims rotate between fairness keys), then each key's "
-                                              "weight as KEY=N, e.g. 'on gold=3 free=1' ('none': every weight 1)",
-                                              submit, value=fair_share_text(q)))  # fmt: skip
+        self._edit_queue("Fair share", "'on' or 'off' (claims rotate between fairness keys), then each key's "
+                         "weight as KEY=N, e.g. 'on gold=3 free=1' ('none': every weight 1)",
+                         parse_fair_share, fair_share_text)  # fmt: skip
 
     async def action_breaker_settings(self) -> None:
-        q = self.current()
-        if q is None:
-            return
-        client = self.console.client
-
-        async def submit(text: str) -> Json:
-            return await client.update_queue(q["name"], **parse_breaker_settings(text))
-
-        self.console.push_screen(PromptScreen(f"Circuit breakers of queue {q['name']}",
-                                              "opens at RATIO of at least MIN requests failed within WINDOW s; a trial "
-                                              "after RESET s; while open its jobs wait or fail ('default': all "
-                                              "defaults)", submit, value=breaker_settings_text(q)))  # fmt: skip
+        self._edit_queue("Circuit breakers", "opens at RATIO of at least MIN requests failed within WINDOW s; a "
+                         "trial after RESET s; while open its jobs wait or fail ('default': all defaults)",
+                         parse_breaker_settings, breaker_settings_text)  # fmt: skip
 
     async def action_reset_breaker(self) -> None:
         q = self.current()
@@ -276,6 +215,45 @@ class QueuesView(TableView):
                                               f"the host whose breaker closes now, the jobs it held going at once "
                                               f"(open now: {open_now})",
                                               submit, value=shut[0]["host"]))  # fmt: skip
+
+
+def limit_text(limit: int | None) -> str:
+    """A whole-number limit as its prompt takes it: '8', 'none'."""
+    return "none" if limit is None else str(limit)
+
+
+def parse_whole(text: str) -> int | None:
+    """A whole-number limit's prompt: N, or 'none' / '-' / nothing for no limit."""
+    text = text.strip()
+    if text.lower() in ("", "none", "-"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number (or 'none' for no limit)") from None
+
+
+def rate_limit_text(q: Json) -> str:
+    """A queue's rate limit as its prompt takes it: '10', '0.5 burst 3', 'none'."""
+    if q.get("rate_limit") is None:
+        return "none"
+    burst = q.get("rate_burst")
+    return f"{q['rate_limit']:g}" + ("" if burst is None else f" burst {burst}")
+
+
+def parse_rate_limit(text: str) -> Json:
+    """The rate-limit prompt's changes: 'N' or 'N/s' per second, optionally 'burst M'; 'none' for none."""
+    text = text.strip()
+    if text.lower() in ("", "none", "-"):
+        return {"rate_limit": None}
+    rate, _, burst = text.partition(" burst ")
+    try:
+        changes: Json = {"rate_limit": float(rate.removesuffix("/s"))}
+        if burst:
+            changes["rate_burst"] = int(burst)
+    except ValueError:
+        raise ValueError(f"{text!r}: a number per second, optionally 'burst N' (or 'none')") from None
+    return changes
 
 
 def fair_share_text(q: Json) -> str:
