@@ -93,14 +93,8 @@ async def submit_spread(
 
 
 async def open_paused_queue(client: JobDeckClient, queue: str) -> None:
-    """Create `queue` and pause it, leaving no job of it waiting or running.
-
-    A queue exists once a job names it, so a probe job is submitted far in the future (it
-    cannot run meanwhile), the queue paused, and the probe cancelled.
-    """
-    probe = await client.submit(noop_job(queue, delay=86_400))
+    """Create `queue` paused (a pause creates a queue no job named yet), with no job of it."""
     await client.queue_action(queue, "pause")
-    await client.job_action(probe["id"], "cancel")
 
 
 async def wait_for_state(

@@ -96,7 +96,7 @@ def test_a_closed_pipe_is_not_an_error(jobdeck_process: ServerProcess) -> None:
 
 
 def test_concurrency_zero_holds_a_queue_says_so_and_none_lifts_it(jobdeck_process: ServerProcess) -> None:
-    jobdeck(jobdeck_process, "submit", "--queue", "zero-q", "--delay", "600", "--", "true")  # makes the queue
+    # set before any job names the queue: its first jobs are held by it
     held = jobdeck(jobdeck_process, "queues", "concurrency", "zero-q", "0")
     assert held.returncode == 0, held.stderr
     assert held.stdout.strip() == ("queue zero-q: concurrency 0: none of its jobs start, running ones finish "
@@ -119,7 +119,6 @@ def test_concurrency_zero_holds_a_queue_says_so_and_none_lifts_it(jobdeck_proces
 
 
 def test_queues_rate_sets_a_rate_limit_per_minute_shows_it_and_none_lifts_it(jobdeck_process: ServerProcess) -> None:
-    jobdeck(jobdeck_process, "submit", "--queue", "rate-q", "--delay", "600", "--", "true")  # makes the queue
     bad = jobdeck(jobdeck_process, "queues", "rate", "rate-q", "fast")
     assert bad.returncode != 0 and "rate must be a positive number per second, or N/s, N/m, N/h" in bad.stderr, bad
     set_ = jobdeck(jobdeck_process, "queues", "rate", "rate-q", "30/m", "--burst", "2")

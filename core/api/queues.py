@@ -43,6 +43,7 @@ async def set_concurrency(name: QueuePath, body: ConcurrencyChange, engine: Engi
 
 
 @router.patch("/queues/{name}", summary="Change a queue's settings: pause, concurrency, rate limit",
+              description="A queue no job named yet is created with these settings (limits come before jobs).",
               response_model=QueueSettings)  # fmt: skip
 async def change_queue(name: QueuePath, body: QueueChange, engine: EngineDep) -> JSON:
     return JSON(await engine.update_queue(name, **body.changes()))

@@ -941,15 +941,19 @@ class PostgresStore(
         return await self._read(reads.list_queues)
 
     async def update_queue(self, name: str, changes: dict[str, Any], now: float) -> dict[str, Any]:
-        """Change settings of a queue (which must exist): pause, concurrency, rate limit (core.flow.SETTINGS).
-        A new rate limit starts with a full bucket."""
+        """Change settings of a queue: pause, concurrency, rate limit (core.flow.SETTINGS). A queue no job
+        named yet is created with the defaults first (limits are set before the first job comes). A new
+        rate limit starts with a full bucket."""
         cols = ", ".join(QUEUE_SETTING_COLUMNS)
+        select = f"SELECT {cols} FROM queues WHERE name = $1 FOR UPDATE"
 
         async def op(tx: PgTx) -> dict[str, Any]:
             c = tx.conn
-            row = await c.fetchrow(f"SELECT {cols} FROM queues WHERE name = $1 FOR UPDATE", name)
-            if row is None:
-                raise NotFound(f"no queue named {name!r}", field="queue")
+            row = await c.fetchrow(select, name)
+            if row is None:  # a job's insert may create it meanwhile: then it is that row, locked
+                row = await c.fetchrow("INSERT INTO queues (name, created_at, updated_at) VALUES ($1, $2, $2) ON "
+                                       f"CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING {cols}", name, now)  # fmt: skip
+                assert row is not None  # RETURNING gives the row, inserted or not
             before = queue_settings_view(name, tuple(row))
             if tx.audit is not None:
                 tx.audit.note_before(f"queue:{name}", {k: v for k, v in before.items() if k != "name"})

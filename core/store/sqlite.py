@@ -1110,14 +1110,17 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
         return await self._read(q)
 
     async def update_queue(self, name: str, changes: dict[str, Any], now: float) -> dict[str, Any]:
-        """Change settings of a queue (which must exist): pause, concurrency, rate limit (core.flow.SETTINGS).
-        A new rate limit starts with a full bucket."""
+        """Change settings of a queue: pause, concurrency, rate limit (core.flow.SETTINGS). A queue no job
+        named yet is created with the defaults first (limits are set before the first job comes). A new
+        rate limit starts with a full bucket."""
         cols = ", ".join(QUEUE_SETTING_COLUMNS)
+        select = f"SELECT {cols} FROM queues WHERE name = ?"
 
         def op(tx: Tx) -> dict[str, Any]:
-            row = tx.conn.execute(f"SELECT {cols} FROM queues WHERE name = ?", (name,)).fetchone()
+            row = tx.conn.execute(select, (name,)).fetchone()
             if row is None:
-                raise NotFound(f"no queue named {name!r}", field="queue")
+                tx.conn.execute("INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?)", (name, now, now))
+                row = tx.conn.execute(select, (name,)).fetchone()
             before = queue_settings_view(name, row)
             if tx.audit is not None:
                 tx.audit.note_before(f"queue:{name}", {k: v for k, v in before.items() if k != "name"})

@@ -604,9 +604,20 @@ async def test_queues_are_created_by_jobs_and_updated(kit: StoreKit) -> None:
                     "breaker_reset": None}  # fmt: skip
     await s.update_queue("mail", {"concurrency": 4}, now)
     assert await s.queue_settings() == {"batch": QueueLimits(), "mail": QueueLimits(paused=True, concurrency=4)}
-    with pytest.raises(NotFound):
-        await s.update_queue("nope", {"paused": True}, now)
     assert [e.type for e in kit.committed if e.type.startswith("queue.")] == ["queue.paused", "queue.updated"]
+
+
+async def test_a_queue_no_job_named_yet_takes_its_limits_and_keeps_them_for_its_first_jobs(kit: StoreKit) -> None:
+    s, now = kit.store, utcnow()
+    view = await s.update_queue("later", {"concurrency": 1, "paused": True}, now)
+    assert (view["name"], view["concurrency"], view["paused"], view["rate_limit"]) == ("later", 1, True, None), view
+    [q] = [q for q in await s.list_queues() if q["name"] == "later"]
+    assert (q["depth"], q["running"], q["concurrency"], q["paused"]) == (0, 0, 1, True), q
+    await submit(s, {"queue": "later"}, {"queue": "later"})
+    assert (await s.queue_settings())["later"] == QueueLimits(paused=True, concurrency=1), "its first job reset them"
+    [q] = [q for q in await s.list_queues() if q["name"] == "later"]
+    assert q["depth"] == 2, q
+    assert [e.type for e in kit.committed if e.type.startswith("queue.")] == ["queue.paused"]
 
 
 async def test_stats_count_states_queues_and_the_last_minute(kit: StoreKit) -> None:
