@@ -305,6 +305,34 @@ class AgentHub:
                 parts.append(f"agent {s.name}'s shared slots are all busy (its free ones are kept for {others})")
         return f"the bulkhead of queue {job.queue!r} is full: " + "; ".join(parts)
 
+    def slots_reason(self, job: Job) -> str | None:
+        """Why a queued job waits when agents could run it but every slot they could give it is busy
+        (None: one has room, so a claim takes it soon). Another node's agents count as they last
+        announced their free slots."""
+        if job.state != "queued":
+            return None
+        mine = [s for s in self.sessions.values() if not s.draining and (s.queues is None or job.queue in s.queues)
+                and labels_satisfied(job.labels, s.labels)]  # fmt: skip
+        if any(_room_for(s, job.queue) for s in mine):
+            return None
+        now = time.monotonic()
+        busy = [(s.name, s.busy, s.slots) for s in mine]  # a bulkhead may keep its free ones for other queues
+        for a, seen in self.remote.values():
+            if (now - seen >= self.policy.lease_seconds or a["name"] in self.sessions or a["draining"]
+                    or (a["queues"] != ["*"] and job.queue not in a["queues"])
+                    or not labels_satisfied(job.labels, a["labels"])):  # fmt: skip
+                continue
+            if a["slots_free"] > 0:
+                return None
+            busy.append((a["name"], a["slots_used"], a["slots"]))
+        if not busy:
+            return None
+        used, slots = sum(b[1] for b in busy), sum(b[2] for b in busy)
+        kept = "" if used >= slots else f" (the other {slots - used} are kept for other queues)"
+        if len(busy) == 1:
+            return f"waiting for a free slot: agent {busy[0][0]} runs {used} jobs of its {slots} slots{kept}"
+        return f"waiting for a free slot: the {len(busy)} agents that could run it run {used} jobs of their {slots} slots{kept}"
+
     def _offers(self) -> list[tuple[Collection[str] | None, dict[str, str], bool]]:
         """(queues, None for all; labels; draining) of each agent describe() lists, read without
         building its view: every submit asks, and a view sorts the agent's running jobs."""

@@ -26,7 +26,7 @@ from core.breaker_gate import BreakerGate
 from core.bus import Bus
 from core.config import Settings
 from core.errors import Conflict, JobDeckError
-from core.flow import UNLIMITED, QueueLimits, held_by_limits, key_reason, waiting_reason
+from core.flow import UNLIMITED, QueueLimits, held_by_limits, key_reason, turn_order, turn_reason, waiting_reason
 from core.idle import IDLE_POLL_MAX, IdlePoll
 from core.model import (
     Job,
@@ -360,35 +360,51 @@ class Engine:
         return view
 
     async def waiting_for(self, jobs: Sequence[Job]) -> dict[int, str | None]:
-        """Why each queued job is not running (None: nothing holds it but a free slot): no agent can
-        take it, or its queue's limits (paused, concurrency, rate) hold it now. One read per queue
-        with limits, whatever the number of jobs."""
+        """Why each queued job is not running (None: nothing holds it, a claim takes it soon): no agent can
+        take it, its queue's limits (paused, concurrency, rate, its concurrency key's), or every slot that
+        could run it is busy; in a fair queue held by its limits or the slots, where its fairness key is in
+        the rotation too. One read per queue with limits (and per fair queue), whatever the number of jobs."""
         now = self.clock()
         await self.breakers.refresh()
         out = {j.id: self.breakers.reason(j, now) or self.hub.waiting_for(j) for j in jobs}
         for j in jobs:
             if j.state == "queued" and j.run_at > now:  # a schedule's run written ahead of its fire time
                 out[j.id] = f"written ahead of its fire time: it may start at {iso(j.run_at)}"
-        held = {j.queue for j in jobs if out[j.id] is None and j.state == "queued"
-                and self.queue_settings.get(j.queue, UNLIMITED).held}  # fmt: skip
-        reasons = {}
-        for queue in held:
-            limits, running, bucket = await self.store.queue_flow(queue)  # type: ignore[attr-defined]
-            reasons[queue] = waiting_reason(queue, limits, running, bucket, now)
-        for j in jobs:
-            if out[j.id] is None and j.queue in reasons:
-                out[j.id] = reasons[j.queue]
+        waiting = [j for j in jobs if out[j.id] is None and j.state == "queued"]
+        limits = {j.queue: self.queue_settings.get(j.queue, UNLIMITED) for j in waiting}
+        shared: set[int] = set()  # held by what every key of the queue shares: its limits, the slots
+        for queue in {q for q, lim in limits.items() if lim.held}:
+            got, running, bucket = await self.store.queue_flow(queue)  # type: ignore[attr-defined]
+            if (why := waiting_reason(queue, got, running, bucket, now)) is not None:
+                stopped = got.paused or got.concurrency == 0
+                for j in waiting:
+                    if j.queue == queue:
+                        out[j.id] = why
+                        if not stopped:
+                            shared.add(j.id)
         keyed: dict[str, set[str]] = {}
-        for j in jobs:
-            if (out[j.id] is None and j.state == "queued" and j.concurrency_key is not None
-                    and self.queue_settings.get(j.queue, UNLIMITED).key_concurrency is not None):  # fmt: skip
+        for j in waiting:
+            if out[j.id] is None and j.concurrency_key is not None and limits[j.queue].key_concurrency is not None:
                 keyed.setdefault(j.queue, set()).add(j.concurrency_key)
         for queue, keys in keyed.items():
-            limit = self.queue_settings[queue].key_concurrency
-            running = await self.store.key_running(queue, sorted(keys))  # type: ignore[attr-defined]
-            for j in jobs:
+            limit = limits[queue].key_concurrency
+            running_of = await self.store.key_running(queue, sorted(keys))  # type: ignore[attr-defined]
+            for j in waiting:
                 if out[j.id] is None and j.queue == queue and j.concurrency_key in keys and limit is not None:
-                    out[j.id] = key_reason(queue, str(j.concurrency_key), limit, running.get(str(j.concurrency_key), 0))
+                    key = str(j.concurrency_key)
+                    out[j.id] = key_reason(queue, key, limit, running_of.get(key, 0))
+        for j in waiting:
+            if out[j.id] is None and (why := self.hub.slots_reason(j)) is not None:
+                out[j.id] = why
+                shared.add(j.id)
+        fair = {j.queue for j in waiting if j.id in shared and j.fairness_key is not None and limits[j.queue].fair}
+        for queue in fair:
+            rotation, heads, more = await self.store.fair_turns(queue, now)  # type: ignore[attr-defined]
+            order = turn_order(heads, limits[queue], rotation, now, self.policy.aging_seconds_per_priority)
+            for j in waiting:
+                if j.queue == queue and j.id in shared and j.fairness_key is not None:
+                    turn = turn_reason(queue, j.fairness_key, order, more)
+                    out[j.id] = f"{out[j.id]}; {turn}" if turn else out[j.id]
         return out
 
     # ------------------------------------------------------------ schedules

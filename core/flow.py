@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 #: The queue settings an operator changes (the `queues` columns of the same names), with their defaults.
@@ -424,6 +424,33 @@ class KeyedPick:
             self.read_to[k] = n
             del self.by_key[k]
         return more
+
+
+TURN_KEYS = 1000  # fairness keys a `waiting_for` read of a fair queue orders, at most
+
+
+def turn_order(heads: list[Candidate], limits: QueueLimits, rotation: Rotation, now: float,
+               aging: float) -> list[str | None]:  # fmt: skip
+    """A fair queue's fairness keys (None: its jobs without one, a key of their own) in the order its claims
+    serve them next: `pick` over each key's next job (`heads`), its per-key limit aside."""
+    groups: dict[str | None, list[Candidate]] = {c.fairness_key: [c] for c in heads}
+    picked = pick(groups, len(groups), limits=replace(limits, key_concurrency=None), key_running={},
+                  rotation=rotation, now=now, aging=aging)  # fmt: skip
+    return [c.fairness_key for c in picked]
+
+
+def turn_reason(queue: str, key: str, order: list[str | None], more: bool) -> str | None:
+    """The part of a fair queue's job's `waiting_for` that says where its fairness key is in the rotation
+    (`order`: turn_order; `more`: keys past TURN_KEYS were not read)."""
+    if key not in order:
+        return None
+    ahead = order.index(key)
+    keys = f"{len(order)}{'+' if more else ''} fairness keys with jobs waiting in queue {queue!r}"
+    if None in order:
+        keys += " (its jobs without a key count as one)"
+    if ahead == 0:
+        return f"fairness key {key!r} is next of the {keys}"
+    return f"fairness key {key!r} waits its turn: of the {keys}, {ahead} {'goes' if ahead == 1 else 'go'} before it"
 
 
 def merge_keys(picked: list[Candidate]) -> list[tuple[float, int]]:

@@ -63,7 +63,11 @@ class JobView(_Out):
     paused_from: str | None
     last_error: str | None
     result: Any = Field(description="what the task returned (python tasks), else null")
-    waiting_for: str | None = Field(description="why a queued job is not running, when no agent can take it")
+    waiting_for: str | None = Field(
+        description="why a queued job is not running: no agent can take it, a limit "
+        "holds it, every slot that could run it is busy (and, in a fair queue, where its "
+        "fairness key is in the rotation); null: a claim takes it soon"
+    )
     trace_id: str | None = Field(description="the W3C trace id of its submit: every step of its life is in that trace")
     trace_url: str | None = Field(None, description="the trace in your trace UI (JOBDECK_TRACE_URL_TEMPLATE), "
                                   "on GET /v1/jobs/{job_id}")  # fmt: skip

@@ -43,6 +43,7 @@ from core.flow import (
     MAX_KEYS,
     NULL_WINDOW,
     RESERVED_FOR,
+    TURN_KEYS,
     Bucket,
     Candidate,
     KeyedClaim,
@@ -55,7 +56,7 @@ from core.flow import (
     forgettable,
     keys_to_read,
 )
-from core.store._pg_sql import JOB_COLUMNS, LOCK_QUEUES, SELECT_JOB, TRY_WAITING, loads
+from core.store._pg_sql import INDEX_ORDER_ONLY, JOB_COLUMNS, LOCK_QUEUES, SELECT_JOB, TRY_WAITING, loads
 
 if TYPE_CHECKING:
     from core.store._pg_writer import Conn
@@ -67,14 +68,20 @@ _DUE = "(fire_time IS NULL OR run_at <= $6)"
 _CANDIDATE = f"SELECT {CANDIDATE_COLUMNS} FROM jobs"
 
 
-def _keys_sql(col: str) -> str:
-    """The queue's keys with jobs waiting (a skip scan: one index probe per key, in key order) and, in the
-    same statement, a fair queue's rotation shares (if $3): rows (key, served, last_at, waiting)."""
+def _key_scan(col: str) -> str:
+    """`WITH` the queue's ($1) first $2 keys with jobs waiting as `w` (a skip scan: one index probe per key,
+    in key order)."""
     one = f"SELECT {col} FROM jobs WHERE state = 'queued' AND {col} IS NOT NULL AND queue = $1"
     # The first key by ORDER BY, not min(): with stale statistics min() walked jobs_claim (every queued job).
-    keys = (f"WITH RECURSIVE k(key) AS (SELECT ({one} ORDER BY {col} LIMIT 1) UNION ALL SELECT ({one} AND {col} > "
+    return (f"WITH RECURSIVE k(key) AS (SELECT ({one} ORDER BY {col} LIMIT 1) UNION ALL SELECT ({one} AND {col} > "
             f"k.key ORDER BY {col} LIMIT 1) FROM k WHERE k.key IS NOT NULL), "
             "w AS (SELECT key FROM k WHERE key IS NOT NULL LIMIT $2) ")  # fmt: skip
+
+
+def _keys_sql(col: str) -> str:
+    """The queue's keys with jobs waiting (_key_scan) and, in the same statement, a fair queue's rotation
+    shares (if $3): rows (key, served, last_at, waiting)."""
+    keys = _key_scan(col)
     shares = "SELECT key, served, last_at, false FROM fair_shares WHERE queue = $1 AND $3 UNION ALL "
     return f"{keys}{shares}SELECT key, NULL::float8, NULL::float8, true FROM w"
 
@@ -102,6 +109,33 @@ def _heads_sql(col: str, whole: bool) -> str:
     unkeyed = (f"u AS (SELECT j.* FROM w CROSS JOIN LATERAL ({select} WHERE ctid = w.t "
                f"AND {col} IS NULL AND state = 'queued' AND {_LABELS} AND id <> ALL($7::bigint[]){lock}) AS j LIMIT $4)")  # fmt: skip
     return f"WITH {heads}, {window}, {unkeyed} SELECT * FROM h UNION ALL SELECT * FROM u"
+
+
+# A fair queue's first $2 fairness keys with jobs waiting (the skip scan of _keys_sql) and each one's next
+# job (a LATERAL probe per key), the next job without a key among its first NULL_WINDOW (as a claim looks
+# for them; $4: the queue as an array, see _heads_sql), and the rotation: rows (candidate..., NULL) and one
+# (NULLs..., fair_vtime).
+TURNS = (f"{_key_scan(_FAIR)}SELECT h.*, NULL::float8 FROM w CROSS JOIN LATERAL ({_CANDIDATE} WHERE state = 'queued' "
+         "AND fairness_key IS NOT NULL AND queue = $1 AND fairness_key >= w.key AND fairness_key <= w.key "
+         "AND (fire_time IS NULL OR run_at <= $3) ORDER BY fairness_key, sort_key, id LIMIT 1) AS h "
+         f"UNION ALL (SELECT *, NULL::float8 FROM ({_CANDIDATE} WHERE state = 'queued' AND queue = ANY($4::text[]) "
+         f"AND (fire_time IS NULL OR run_at <= $3) ORDER BY queue, sort_key, id LIMIT {NULL_WINDOW}) AS f "
+         "WHERE fairness_key IS NULL LIMIT 1) "
+         "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, fair_vtime FROM queues WHERE name = $1")  # fmt: skip
+
+
+async def turns(c: Conn, queue: str, now: float) -> tuple[Rotation, list[Candidate], bool]:
+    """A fair queue's rotation and the next job of each of its first TURN_KEYS fairness keys with jobs
+    waiting (core.flow.turn_order), and whether more keys wait: for `waiting_for`."""
+    async with c.transaction():  # sorting priced out, as in the claim: a key's backlog is never read whole
+        await c.execute(INDEX_ORDER_ONLY)
+        rows = await c.fetch(TURNS, queue, TURN_KEYS + 1, now, [queue])
+        shares = await c.fetch("SELECT key, served, last_at FROM fair_shares WHERE queue = $1", queue)
+    vtime = next((r[5] for r in rows if r[0] is None), None) or 0.0
+    heads = [Candidate(*r[:5]) for r in rows if r[0] is not None]
+    keyed = [h for h in heads if h.fairness_key is not None]
+    rotation = Rotation(vtime, {k: Share(s, at) for k, s, at in shares})
+    return rotation, keyed[:TURN_KEYS] + [h for h in heads if h.fairness_key is None], len(keyed) > TURN_KEYS
 
 
 #: (col, whole) -> (keys, heads): see `_heads_sql` for `whole`

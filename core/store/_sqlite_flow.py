@@ -22,6 +22,7 @@ from core.flow import (
     FORGET_AFTER,
     MAX_KEYS,
     NULL_WINDOW,
+    TURN_KEYS,
     WALK_PAST,
     Candidate,
     KeyedClaim,
@@ -129,6 +130,28 @@ def pick_rows(c: sqlite3.Connection, select_job: str, queue: str, limits: QueueL
     whole = {r[0]: r for r in c.execute(f"{select_job} WHERE id IN ({', '.join('?' * len(ids))})", ids)}
     claim.rows = [whole[i] for i in ids]
     return claim
+
+
+_TURN_HEAD = (f"SELECT {CANDIDATE_COLUMNS} FROM jobs INDEXED BY jobs_claim_fair WHERE state = 'queued' "
+              "AND fairness_key IS NOT NULL AND queue = ? AND fairness_key = ? AND (fire_time IS NULL OR run_at <= ?) "
+              "ORDER BY sort_key, id LIMIT 1")  # fmt: skip
+# The next job without a fairness key among the queue's first NULL_WINDOW (where a claim looks for them).
+_TURN_UNKEYED = (f"SELECT {CANDIDATE_COLUMNS} FROM (SELECT {CANDIDATE_COLUMNS} FROM jobs INDEXED BY jobs_claim_queue "
+                 "WHERE state = 'queued' AND queue = ? AND (fire_time IS NULL OR run_at <= ?) ORDER BY sort_key, id "
+                 f"LIMIT {NULL_WINDOW}) WHERE fairness_key IS NULL LIMIT 1")  # fmt: skip
+
+
+def turns(c: sqlite3.Connection, queue: str, now: float) -> tuple[Rotation, list[Candidate], bool]:
+    """A fair queue's rotation and the next job of each of its first TURN_KEYS fairness keys with jobs
+    waiting (core.flow.turn_order), and whether more keys wait: for `waiting_for`."""
+    row = c.execute("SELECT fair_vtime FROM queues WHERE name = ?", (queue,)).fetchone()
+    shares = c.execute("SELECT key, served, last_at FROM fair_shares WHERE queue = ?", (queue,))
+    rotation = Rotation(row[0] if row else 0.0, {k: Share(s, at) for k, s, at in shares})
+    keys = [r[0] for r in c.execute(_KEYS.format(col="fairness_key", index="jobs_claim_fair"), (queue, TURN_KEYS + 1))]
+    heads = [Candidate(*h) for k in keys[:TURN_KEYS] if (h := c.execute(_TURN_HEAD, (queue, k, now)).fetchone())]
+    if unkeyed := c.execute(_TURN_UNKEYED, (queue, now)).fetchone():
+        heads.append(Candidate(*unkeyed))
+    return rotation, heads, len(keys) > TURN_KEYS
 
 
 def record(c: sqlite3.Connection, claim: KeyedClaim, claimed: set[int], now: float) -> None:

@@ -23,7 +23,7 @@ import asyncpg
 
 from core.config import masked_url
 from core.errors import JobDeckError, NotFound, Unavailable
-from core.flow import UNLIMITED, Bucket, QueueLimits, merge_keys
+from core.flow import UNLIMITED, Bucket, Candidate, QueueLimits, Rotation, merge_keys
 from core.idle import IdlePoll
 from core.model import Job, Policy, decide_cancel, decide_claim, decide_promote, decide_start_buffered, utcnow
 from core.schedule import FirePlan, Run, Schedule, run_to_release, schedule_to_dict
@@ -999,6 +999,10 @@ class PostgresStore(
             "AND concurrency_key = ANY($2::text[]) GROUP BY concurrency_key", name, list(keys),
         )  # fmt: skip
         return {r[0]: int(r[1]) for r in rows}
+
+    async def fair_turns(self, name: str, now: float) -> tuple[Rotation, list[Candidate], bool]:
+        """A fair queue's rotation and each waiting fairness key's next job (for `waiting_for`)."""
+        return await self._read(lambda c: flow_sql.turns(c, name, now))
 
     # -- schedules
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import orjson
 
 from core.errors import JobDeckError, NotFound, Unavailable
-from core.flow import UNLIMITED, Bucket, KeyedClaim, QueueLimits, merge_keys
+from core.flow import UNLIMITED, Bucket, Candidate, KeyedClaim, QueueLimits, Rotation, merge_keys
 from core.model import (
     Job,
     Policy,
@@ -38,7 +38,7 @@ from core.store import _sqlite_deps as deps_sql
 from core.store import _sqlite_search as search_index
 from core.store import audit
 from core.store import pickup as pickup_sql
-from core.store._sqlite_flow import pick_rows, record
+from core.store._sqlite_flow import pick_rows, record, turns
 from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
 from core.store.archive import SQLiteArchive
 from core.store.audit import AuditFilter
@@ -1166,6 +1166,10 @@ class SQLiteStore(SQLiteRelayCursors, SQLiteArchive, SQLiteNotifications, SQLite
                f"AND concurrency_key IS NOT NULL AND queue = ? AND concurrency_key IN ({', '.join('?' * len(keys))}) "
                "GROUP BY concurrency_key")  # fmt: skip
         return await self._read(lambda c: dict(c.execute(sql, (name, *keys)).fetchall()))
+
+    async def fair_turns(self, name: str, now: float) -> tuple[Rotation, list[Candidate], bool]:
+        """A fair queue's rotation and each waiting fairness key's next job (for `waiting_for`)."""
+        return await self._read(lambda c: turns(c, name, now))
 
     # -- schedules
 

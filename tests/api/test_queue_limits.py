@@ -4,13 +4,15 @@ waiting_for that names the limit."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
 from tests.api.test_bad_input import refused
-from tests.conftest import RunningNode, until
+from tests.conftest import ROOT, RunningNode, until
 from tests.store.test_two_node_breakers import FlakyHost
 
 NOOP = {"kind": "python", "function": "agents.builtin:noop"}
@@ -170,3 +172,44 @@ async def test_a_reset_closes_an_open_breaker_and_its_held_jobs_run_at_once(runn
         assert [ok for _, ok in host.hits] == [True, True, False, False, False], host.hits
     finally:
         host.server.shutdown()
+
+
+async def _cli(url: str, *args: str) -> str:
+    """The `jobdeck` command's output (a subprocess: the node runs in this test's event loop)."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "core.cli", "--server", url, *args, cwd=ROOT,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_a_job_behind_busy_slots_says_so_and_in_a_fair_queue_where_its_key_is(running: RunningNode) -> None:
+    c = running.client
+    served = [(await c.submit({"task": NOOP, "queue": "tenants", "fairness_key": "a"}))["id"] for _ in range(5)]
+    for j in served:
+        assert (await c.wait_for(j, timeout=30))["state"] == "succeeded"
+    sleeper = {"task": {"kind": "python", "function": "agents.builtin:sleep", "args": [60]}, "queue": "fill",
+               "timeout": 90}  # fmt: skip
+    fill = (await c.submit_batch([sleeper] * 32))["ids"]  # the local agent's 32 slots
+    for j in fill:
+        await c.wait_for(j, states=("running",), timeout=30)
+    busy = "waiting for a free slot: agent test-agent runs 32 jobs of its 32 slots"
+    plain = await c.submit({"task": NOOP, "queue": "plain"})
+    assert plain["waiting_for"] == busy, plain
+    assert (await c.get_job(plain["id"]))["waiting_for"] == busy
+    a = [(await c.submit({"task": NOOP, "queue": "tenants", "fairness_key": "a"}))["id"] for _ in range(3)]
+    b = (await c.submit({"task": NOOP, "queue": "tenants", "fairness_key": "b"}))["id"]
+    # a was served 5 starts, b none: b goes first although it came last
+    assert (await c.get_job(b))["waiting_for"] == (f"{busy}; fairness key 'b' is next of the 2 fairness keys with "
+                                                   "jobs waiting in queue 'tenants'")  # fmt: skip
+    a_waits = (f"{busy}; fairness key 'a' waits its turn: of the 2 fairness keys with jobs waiting in queue "
+               "'tenants', 1 goes before it")  # fmt: skip
+    listed = {j["id"]: j["waiting_for"] for j in (await c.list_jobs(queue="tenants", state="queued"))["jobs"]}
+    assert [listed[i] for i in a] == [a_waits] * 3, listed
+    shown = await _cli(running.url, "jobs", "show", str(a[0]))
+    assert f"waiting: {a_waits}" in shown, shown
+    await c.job_action(fill[0], "cancel")
+    for j in (plain["id"], *a, b):
+        assert (await c.wait_for(j, timeout=30))["state"] == "succeeded", "a freed slot takes them one by one"
+    for j in fill[1:]:
+        await c.job_action(j, "cancel")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from core.flow import turn_order, turn_reason
 from core.model import RunResult, decide_finish, utcnow
 from tests.store.conftest import POLICY, StoreKit
 from tests.store.test_conformance import claim, submit, two_nodes
@@ -370,6 +371,24 @@ async def test_a_key_back_from_idle_shares_from_now_on_it_saved_no_credit(kit: S
     await submit(s, *([{"queue": "t", "fairness_key": "B"}] * 10), now=t0 + 3)
     order = [j.fairness_key for _ in range(6) for j in await s.claim_jobs(claim(limit=1), t0 + 4)]
     assert Counter(order) == {"A": 3, "B": 3}, f"B, idle while A ran 30, must not get 30 in a row: {order}"
+
+
+async def test_the_turns_waiting_for_reads_are_the_order_the_claims_then_take(kit: StoreKit) -> None:
+    s, t0 = kit.store, utcnow()
+    await submit(s, *([{"queue": "t", "fairness_key": "A"}] * 5), now=t0)
+    assert len(await s.claim_jobs(claim(limit=2), t0)) == 2, "A is served twice"
+    await submit(s, *([{"queue": "t", "fairness_key": "C"}] * 2), now=t0 + 1)
+    await submit(s, *([{"queue": "t", "fairness_key": "B"}] * 2), {"queue": "t"}, now=t0 + 2)
+    rotation, heads, more = await s.fair_turns("t", t0 + 3)
+    assert (sorted(str(h.fairness_key) for h in heads), more) == (["A", "B", "C", "None"], False), heads
+    limits = (await s.queue_settings())["t"]
+    order = turn_order(heads, limits, rotation, t0 + 3, POLICY.aging_seconds_per_priority)
+    assert order[-1] == "A", order
+    taken = [j.fairness_key for _ in range(4) for j in await s.claim_jobs(claim(limit=1), t0 + 3)]
+    assert taken == order, f"the claims took {taken}, the turns said {order}"
+    assert turn_reason("t", "A", order, more) == ("fairness key 'A' waits its turn: of the 4 fairness keys with "
+                                                  "jobs waiting in queue 't' (its jobs without a key count as one), "
+                                                  "3 go before it")  # fmt: skip
 
 
 async def test_key_usage_counts_running_jobs_per_concurrency_key_and_waiting_per_fairness_key(kit: StoreKit) -> None:

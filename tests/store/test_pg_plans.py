@@ -79,6 +79,8 @@ QUERIES: list[tuple[str, str, tuple[Any, ...], str | tuple[str, ...]]] = [
         ([], ["q3"], 10, NOW, []),
         "jobs_claim_queue",
     ),
+    # waiting_for's read of a fair queue: each key's next job by its own range, never a walk of the backlog
+    ("waiting_for: a fair queue's turns", flow_sql.TURNS, ("q3", 1001, NOW, ["q3"]), "jobs_claim_fair"),
     ("promote: due scheduled and failed jobs", sql.PROMOTE_DUE, (NOW, 1000), "jobs_due"),
     ("promote: the next due time", sql.NEXT_DUE, (NOW, False), "jobs_due"),
     ("reaper: expired leases", sql.EXPIRED_LEASES, (NOW + 60, 1000), "jobs_lease"),
@@ -158,9 +160,9 @@ TRUNCATE jobs, job_tags, queues, events;
 
 
 def uses_store_settings(title: str) -> bool:
-    """The claims, the promoter and the reaper run with INDEX_ORDER_ONLY, the prune with INDEX_SCAN_ONLY
-    (core/store/_pg_sql.py)."""
-    return title.startswith(("claim", "promote", "reaper", "prune"))
+    """The claims, the promoter, the reaper and waiting_for's turns run with INDEX_ORDER_ONLY, the prune with
+    INDEX_SCAN_ONLY (core/store/_pg_sql.py)."""
+    return title.startswith(("claim", "promote", "reaper", "prune", "waiting_for"))
 
 
 async def refreshed(store: Any) -> list[str]:

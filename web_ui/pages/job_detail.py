@@ -74,6 +74,8 @@ class JobDetailState(AppState):
         row.update(task=task_text(job.get("task") or {}), run_at_clock=clock(job.get("run_at"), zone),
                    created_clock=clock(job.get("created_at"), zone), color=STATE_COLOR.get(job["state"], "gray"),
                    trace_id=str(job.get("trace_id") or "-"), trace_url=str(job.get("trace_url") or ""))  # fmt: skip
+        if job.get("waiting_for"):  # whole here (a list cuts it): a fair queue's adds where its key's turn is
+            row["note"] = str(job["waiting_for"])
         self.job = row
         self.prio_value = self.prio_value or row["priority"]
         self.spec_json = json.dumps({k: job.get(k) for k in ("task", "queue", "priority", "max_attempts", "timeout",
