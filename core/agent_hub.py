@@ -330,8 +330,8 @@ class AgentHub:
         used, slots = sum(b[1] for b in busy), sum(b[2] for b in busy)
         kept = "" if used >= slots else f" (the other {slots - used} are kept for other queues)"
         if len(busy) == 1:
-            return f"waiting for a free slot: agent {busy[0][0]} runs {used} jobs of its {slots} slots{kept}"
-        return f"waiting for a free slot: the {len(busy)} agents that could run it run {used} jobs of their {slots} slots{kept}"
+            return f"no free slot: agent {busy[0][0]} runs {used} of its {slots} slots{kept}"
+        return f"no free slot: the {len(busy)} agents that could run it run {used} of their {slots} slots{kept}"
 
     def _offers(self) -> list[tuple[Collection[str] | None, dict[str, str], bool]]:
         """(queues, None for all; labels; draining) of each agent describe() lists, read without

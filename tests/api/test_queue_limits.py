@@ -193,7 +193,7 @@ async def test_a_job_behind_busy_slots_says_so_and_in_a_fair_queue_where_its_key
     fill = (await c.submit_batch([sleeper] * 32))["ids"]  # the local agent's 32 slots
     for j in fill:
         await c.wait_for(j, states=("running",), timeout=30)
-    busy = "waiting for a free slot: agent test-agent runs 32 jobs of its 32 slots"
+    busy = "no free slot: agent test-agent runs 32 of its 32 slots"
     plain = await c.submit({"task": NOOP, "queue": "plain"})
     assert plain["waiting_for"] == busy, plain
     assert (await c.get_job(plain["id"]))["waiting_for"] == busy
