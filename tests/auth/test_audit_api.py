@@ -88,3 +88,27 @@ async def test_a_breaker_reset_is_an_operators_in_its_queues_and_audited(deck: D
     assert (after["type"], after["data"]["reset"], after["data"]["breaker"]["host"]) == ("breaker.closed", True,
                                                                                           "10.0.0.9:80"), after  # fmt: skip
     assert [b.key for b in await store.list_breakers(open_only=True)] == ["10.0.0.9:80"], "ml's stays open"
+
+
+async def test_a_queue_limit_change_is_audited_with_the_settings_before_and_after(deck: Deck) -> None:
+    async with deck.http("operator") as op, deck.http("admin") as admin:
+        first = await admin.patch("/v1/queues/payments", json={"rate_limit": 5, "rate_burst": 2, "key_concurrency": 2})
+        assert first.status_code == 200, first.text
+        assert (await op.patch("/v1/queues/payments", json={"concurrency": 1})).status_code == 403
+        lifted = await admin.patch("/v1/queues/payments", json={"rate_limit": None, "fairness_weights": {"gold": 3}})
+        assert lifted.status_code == 200, lifted.text
+        page = (await admin.get("/v1/audit", params={"target": "queue:payments"})).json()
+    rows = [(e["actor"], e["action"], e["outcome"]) for e in reversed(page["entries"])]
+    assert rows == [("admin", "change_queue", "ok"), ("operator", "change_queue", "refused"),
+                    ("admin", "change_queue", "ok")], rows  # fmt: skip
+    lift, refusal, first = page["entries"]
+    limits = ("rate_limit", "rate_burst", "key_concurrency", "fairness_weights")
+
+    def settings(q: dict[str, object]) -> tuple[object, ...]:
+        return tuple(q[k] for k in limits)
+
+    assert settings(first["before"]["queue:payments"]) == (None, None, None, None), first["before"]
+    assert settings(first["after"][0]["data"]["queue"]) == (5.0, 2, 2, None), first["after"]
+    assert refusal["message"] == "operator has the role operator; queues.configure needs admin or above"
+    assert settings(lift["before"]["queue:payments"]) == (5.0, 2, 2, None), "the settings it changed"
+    assert settings(lift["after"][0]["data"]["queue"]) == (None, 2, 2, {"gold": 3.0}), lift["after"]
