@@ -84,6 +84,15 @@ def relay_lag_text(name: str, lag: Json) -> str:
     return f"{label} relay: {text}"
 
 
+def key_limit_text(limit: int | None) -> str:
+    """A queue's per-key limit (`key_concurrency`) for people: "at most 1 job of one concurrency key
+    runs at once", "at most 3 jobs ... run at once", "no per-key limit"."""
+    if limit is None:
+        return "no per-key limit"
+    one = limit == 1
+    return f"at most {limit} job{'' if one else 's'} of one concurrency key run{'s' if one else ''} at once"
+
+
 def first_sight(seen: deque[str], alert_id: Any) -> bool:
     """Whether a notify.alert with this id is new to a front end (remembered in `seen`, a bounded
     deque): the feed is at least once, so an alert may come twice; one without an id always shows."""

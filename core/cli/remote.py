@@ -29,7 +29,7 @@ from core.cli.output import (
     show,
     table,
 )
-from core.client import JobDeckClient
+from core.client import JobDeckClient, key_limit_text
 from core.errors import JobDeckError
 from core.flow import default_burst, rate_text
 
@@ -383,8 +383,7 @@ def _weight(text: str) -> float:
 def keys_line(q: dict[str, Any]) -> str:
     """A queue's per-key settings in one line."""
     limit = q["key_concurrency"]
-    parts = [f"queue {q['name']}:", "no per-key limit" if limit is None else f"at most {limit} "
-             f"job{'' if limit == 1 else 's'} of one concurrency key run{'s' if limit == 1 else ''} at once"]  # fmt: skip
+    parts = [f"queue {q['name']}:", key_limit_text(limit)]
     parts.append("; claims rotate between fairness keys" if q["fair"] else "; no fair rotation")
     if q["fairness_weights"]:
         parts.append(" (weights " + ", ".join(f"{k}={v:g}" for k, v in sorted(q["fairness_weights"].items())) + ")")

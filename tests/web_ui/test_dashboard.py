@@ -284,6 +284,7 @@ def test_the_queues_page_shows_per_key_usage_and_circuit_breakers(open_page: Ope
         page.locator("#queue-row-web-keys-q").get_by_role("button", name="Keys").click()
         panel = page.locator("#keys-panel")
         expect(panel).to_contain_text("Per-key usage of queue web-keys-q")
+        expect(panel).to_contain_text("at most 1 job of one concurrency key runs at once")
         expect(panel.locator("#keys-running")).to_contain_text("acme1 of 1")
         expect(panel.locator("#keys-running")).to_contain_text("zeta1 of 1")
         expect(panel.locator("#keys-waiting")).to_contain_text("acme2")

@@ -6,6 +6,7 @@ from typing import Any
 
 import reflex as rx
 
+from core.client import key_limit_text
 from core.errors import JobDeckError
 from web_ui.format import ago
 from web_ui.hub import Change, touched
@@ -111,7 +112,7 @@ class QueuesState(AppState):
                             for r in u["running_by_concurrency_key"]]  # fmt: skip
         self.key_waiting = [{"key": w["key"], "waiting": f"{w['waiting']:,}", "served": f"{w['served']:g}"}
                             for w in u["waiting_by_fairness_key"]]  # fmt: skip
-        notes = ["no per-key limit" if limit is None else f"at most {limit} running jobs of one concurrency key"]
+        notes = [key_limit_text(limit)]
         if u["more_running_keys"] or u["more_waiting_keys"]:
             notes.append("the busiest 100 keys are listed")
         if u["waiting_capped"]:
