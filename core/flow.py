@@ -138,10 +138,11 @@ def claim_room(limits: QueueLimits, running: int, bucket: Bucket, now: float, as
     return max(0, room)
 
 
-def rate_text(rate: float) -> str:
-    """A rate as people say it: '10/s', '0.5/s' (one every 2 s)."""
-    shown = f"{rate:g}/s"
-    return shown if rate >= 1 else f"{shown} (one every {1 / rate:g} s)"
+def rate_text(rate: float, burst: int | None = None) -> str:
+    """A rate as people say it: '10/s', '0.5/s (one every 2 s)'; with its burst '10/s (burst 5)',
+    '0.5/s (one every 2 s, burst 5)'."""
+    notes = ([] if rate >= 1 else [f"one every {1 / rate:g} s"]) + ([] if burst is None else [f"burst {burst}"])
+    return f"{rate:g}/s" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def waiting_reason(queue: str, limits: QueueLimits, running: int, bucket: Bucket, now: float) -> str | None:
@@ -153,8 +154,7 @@ def waiting_reason(queue: str, limits: QueueLimits, running: int, bucket: Bucket
     if limits.concurrency is not None and running >= limits.concurrency:
         return f"queue {queue!r} is at its concurrency limit: {running} of {limits.concurrency} running"
     if limits.rate_limit is not None and bucket.room(limits, now) < 1:
-        return (f"queue {queue!r} is at its rate limit of {rate_text(limits.rate_limit)} "
-                f"(burst {limits.burst})")  # fmt: skip
+        return f"queue {queue!r} is at its rate limit of {rate_text(limits.rate_limit, limits.burst)}"
     return None
 
 

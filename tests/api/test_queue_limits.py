@@ -69,7 +69,7 @@ async def test_waiting_for_names_the_rate_limit_and_clears_when_it_is_lifted(run
     held = await c.submit({"task": NOOP, "queue": "slow"})
     job = await c.get_job(held["id"])  # the first start took the only token for 100 s
     assert job["state"] == "queued", job
-    assert job["waiting_for"] == "queue 'slow' is at its rate limit of 0.01/s (one every 100 s) (burst 1)", job
+    assert job["waiting_for"] == "queue 'slow' is at its rate limit of 0.01/s (one every 100 s, burst 1)", job
     listed = [j for j in (await c.list_jobs(queue="slow", state="queued"))["jobs"] if j["id"] == held["id"]]
     assert listed and listed[0]["waiting_for"] == job["waiting_for"], listed
     await c.update_queue("slow", rate_limit=None)

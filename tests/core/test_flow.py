@@ -45,7 +45,7 @@ def test_a_slow_rate_says_one_every_n_seconds_and_the_default_burst_is_a_tenth_o
     assert lim.burst == 1 and default_burst(200.0) == 20 and default_burst(10.0) == 1
     held = FULL.take(lim, 0.0, 1)
     why = waiting_reason("mail", lim, 0, held, 1.0)
-    assert why == "queue 'mail' is at its rate limit of 0.5/s (one every 2 s) (burst 1)", why
+    assert why == "queue 'mail' is at its rate limit of 0.5/s (one every 2 s, burst 1)", why
     assert waiting_reason("mail", lim, 0, held, 2.0) is None, "a token is back after 2 s"
 
 
