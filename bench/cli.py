@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="pickup_lead",
         help=f"run_at lead of the 2nd pick-up run, s (default {d.pickup_lead})",
     )
+    g.add_argument("--flow-turns", type=int,
+                   help=f"turns of the flow benchmark, each draining every limit once between unlimited drains "
+                        f"(default {d.flow_turns})")  # fmt: skip
     g.add_argument(
         "--obs-rounds", type=int, help=f"rounds of the obs benchmark's alternating turns (default {d.obs_rounds})"
     )

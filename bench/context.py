@@ -26,6 +26,7 @@ class Scale:
     pickup_seconds: float = 15.0
     pickup_lead: float = 0.3  # run_at this far in the future, in the second pick-up run
     pickup_slots: int = 64
+    flow_turns: int = 6  # turns of the flow benchmark: each drains every limited variant once between unlimited drains
     obs_rounds: int = 3  # ABBA pairs of the obs benchmark per mode: the median pair stands one turn hit by a burst
     obs_parts: tuple[str, ...] = ("metrics", "tracing", "retention")  # what the obs benchmark measures
     scale_jobs: int = 0  # jobs stored in the scale scenario's big store besides its backlog (0: its default)
@@ -68,6 +69,7 @@ class Scale:
             python_jobs=500,
             kafka_events=20_000,
             schedules=1_000,
+            flow_turns=2,
         )
 
 

@@ -2,12 +2,16 @@
 last success) from a queue with no limit and from queues with each limit set too high to hold
 anything back, on the same node(s), so machine load hits every variant alike.
 
-Each limited drain is paired with an unlimited drain beside it, in ABBA order (turn 1: unlimited then
-limited, turn 2: limited then unlimited, ...), so a load that rises or falls through a run does not
-favour either side; a pair's ratio is the limited drain's rate over its unlimited neighbour's (and the
-same for jobs per second of the node's CPU: the cost itself, which other processes on a busy machine
-disturb far less than the wall clock). Each figure is the median of the pairs, with the lowest pair and
-the load beside it. The issue's floor: a limit costs at most 20 % of the drain (ratio >= 0.8).
+The drains are interleaved: an unlimited drain between every two limited ones (no limits, rate,
+no limits, concurrency, no limits, ...), each turn taking the variants in another order, and a limited
+drain's ratio is its rate over that of the two unlimited drains beside it (their mean time; the same for
+jobs per second of the node's CPU: the cost itself, which other processes on a busy machine disturb
+far less than the wall clock). Both neighbours, one before and one after, cancel a load that rises or
+falls through the run, and a burst of another process that hits one unlimited drain moves the ratios
+beside it by half as much as a single neighbour would; each unlimited drain serves two ratios, so a
+run gets more ratios for its drains than separate pairs did. Each figure is the median of the ratios,
+with the lowest and the load beside it; "no limits again (A/A)", an unlimited drain in a limited one's
+place, is the run's resolution. The issue's floor: a limit costs at most 20 % of the drain (ratio >= 0.8).
 
 A limit engages the queue's counted claim path (its lock, its counts, its bucket written back):
 that path, not a refusal, is what is measured here.
@@ -27,7 +31,6 @@ from bench.report import Figure, Floor, load_average, percentile
 from bench.workload import BenchClient, last_event_time, noop_job, open_paused_queue, submit_spread, wait_for_state
 
 NAME = "flow drain"
-TURNS = 4  # each limited variant drains this many times, each beside an unlimited drain (ABBA order)
 LIMIT_COST_FLOOR = Floor(">=", 0.8)  # a limit must not cost more than 20 % of the drain (issue 14)
 KEYS = 100  # keyed variants spread their jobs over this many keys
 AA = "no limits again (A/A)"
@@ -78,52 +81,62 @@ def _cpu(nodes: Nodes) -> float:
 
 
 async def drain_with_limits(ctx: RunContext) -> list[Figure]:
-    """Drain rate per variant, and each limited variant's ratio to the unlimited drain beside it."""
+    """Drain rate per variant, and each limited drain's ratio to the unlimited drains on either side of it."""
     # 10,000 jobs a drain on every store: PostgreSQL's 4,000 (e2e_jobs // 5) drained in 0.3-0.8 s, where a pair's
     # ratio swung 0.51-1.32 for a limit that costs nothing (the concurrency limit's counted claim, 2 nodes)
     jobs = max(1_000, min(10_000, ctx.scale.e2e_jobs // 2))
+    limited = list(VARIANTS.items())[1:]
     wall: dict[str, list[float]] = {v: [] for v in VARIANTS}
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    pairs: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v in VARIANTS}  # base and own wall, cpu
+    ratios: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}  # by wall, by CPU, in drain order
     loads: list[float] = []
+    n = 0
+
+    async def drain(limits: dict[str, Any] | None, keyed: str | None) -> tuple[float, float]:
+        nonlocal n
+        loads.append(os.getloadavg()[0])
+        n += 1
+        return await _drain(ctx, nodes, f"flow-{n}", limits, keyed, jobs)
+
     async with ctx.nodes("flow", ctx.scale.e2e_slots) as nodes:
         await _drain(ctx, nodes, "flow-warm-up", None, None, jobs)  # a fresh node's first drain is its slowest
-        n = 0
-        for turn in range(TURNS):
-            for variant, (limits, keyed) in list(VARIANTS.items())[1:]:
-                loads.append(os.getloadavg()[0])
-                if turn % 2 == 0:  # ABBA: the unlimited drain goes first in even turns, second in odd ones
-                    base_wall, base_cpu = await _drain(ctx, nodes, f"flow-{n}", None, None, jobs)
-                    own_wall, own_cpu = await _drain(ctx, nodes, f"flow-{n + 1}", limits, keyed, jobs)
-                else:
-                    own_wall, own_cpu = await _drain(ctx, nodes, f"flow-{n}", limits, keyed, jobs)
-                    base_wall, base_cpu = await _drain(ctx, nodes, f"flow-{n + 1}", None, None, jobs)
-                n += 2
-                wall["no limits"].append(base_wall)
-                cpu["no limits"].append(base_cpu)
+        before = await drain(None, None)
+        wall["no limits"].append(before[0])
+        cpu["no limits"].append(before[1])
+        for turn in range(ctx.scale.flow_turns):
+            shift = turn % len(limited)  # each turn starts one variant later: none always follows the same one
+            for variant, (limits, keyed) in limited[shift:] + limited[:shift]:
+                own_wall, own_cpu = await drain(limits, keyed)
+                after = await drain(None, None)
+                base_wall, base_cpu = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
+                wall["no limits"].append(after[0])
+                cpu["no limits"].append(after[1])
                 wall[variant].append(own_wall)
                 cpu[variant].append(own_cpu)
-                pairs[variant].append((base_wall, own_wall, base_cpu, own_cpu))
+                ratios[variant].append((base_wall / own_wall, base_cpu / own_cpu))
                 ctx.progress(f"turn {turn + 1}: {variant}: {jobs / own_wall:,.0f} jobs/s, {1e3 * own_cpu / jobs:.2f} "
-                             f"ms CPU a job; no limits beside it: {jobs / base_wall:,.0f} jobs/s, "
-                             f"{1e3 * base_cpu / jobs:.2f} ms; ratio {base_wall / own_wall:.2f}")  # fmt: skip
+                             f"ms CPU a job; no limits before / after it: {jobs / before[0]:,.0f} / "
+                             f"{jobs / after[0]:,.0f} jobs/s, {1e3 * base_cpu / jobs:.2f} ms; ratio "
+                             f"{base_wall / own_wall:.2f}")  # fmt: skip
+                before = after
     load = f"load {min(loads):.1f}-{max(loads):.1f} during the run, now {load_average()}"
     figures = [Figure(NAME, "no limits", jobs / statistics.median(wall["no limits"]), "jobs/s", None,
                       f"{jobs:,} jobs a drain, {1e3 * statistics.median(cpu['no limits']) / jobs:.2f} ms of the "
                       f"node's CPU a job; {load}")]  # fmt: skip
-    for variant, got in pairs.items():
+    for variant, got in ratios.items():
         if not got:
             continue
-        by_wall = [b / o for b, o, _, _ in got]  # its rate / the rate of the unlimited drain beside it, in turn order
-        by_cpu = [bc / oc for _, _, bc, oc in got]  # its jobs per CPU second / the unlimited drain's
+        by_wall = [w for w, _ in got]  # its rate / the mean rate of the unlimited drains beside it, in drain order
+        by_cpu = [c for _, c in got]  # its jobs per CPU second / theirs
         floor = None if variant == AA else LIMIT_COST_FLOOR
         figures.append(Figure(NAME, f"{variant} / no limits", statistics.median(by_wall), "x", floor,
-                              f"drain rate, median of {len(by_wall)} ABBA pairs {', '.join(f'{r:.2f}' for r in by_wall)} "
+                              f"drain rate, median of {len(by_wall)} interleaved drains, each against the unlimited "
+                              f"drains before and after it: {', '.join(f'{r:.2f}' for r in by_wall)} "
                               f"(min {min(by_wall):.2f}); {load}"))  # fmt: skip
-        figures.append(Figure(NAME, f"{variant} / no limits, lowest pair", min(by_wall), "x", None,
-                              "drain rate: the worst pair of the run (a single pair also carries the load's swings)"))  # fmt: skip
+        figures.append(Figure(NAME, f"{variant} / no limits, lowest", min(by_wall), "x", None,
+                              "drain rate: the worst drain of the run (a single drain also carries the load's swings)"))  # fmt: skip
         figures.append(Figure(NAME, f"{variant} / no limits, jobs per CPU second", statistics.median(by_cpu), "x",
-                              floor, f"the node's CPU a job; pairs {', '.join(f'{r:.2f}' for r in by_cpu)} "
+                              floor, f"the node's CPU a job; each drain {', '.join(f'{r:.2f}' for r in by_cpu)} "
                               f"(min {min(by_cpu):.2f})"))  # fmt: skip
     return figures
 
