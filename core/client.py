@@ -93,6 +93,14 @@ def key_limit_text(limit: int | None) -> str:
     return f"at most {limit} job{'' if one else 's'} of one concurrency key run{'s' if one else ''} at once"
 
 
+def agent_queues_text(agent: Json) -> str:
+    """The queues an agent serves as its --queues said them, bulkheads first: "reports:2,emails:1,*"
+    (each kept number of slots beside its queue; "*": any other queue)."""
+    kept = agent.get("queue_slots") or {}
+    shared = [q for q in agent.get("queues") or ["*"] if q not in kept]
+    return ",".join([*(f"{q}:{n}" for q, n in kept.items()), *shared])
+
+
 def first_sight(seen: deque[str], alert_id: Any) -> bool:
     """Whether a notify.alert with this id is new to a front end (remembered in `seen`, a bounded
     deque): the feed is at least once, so an alert may come twice; one without an id always shows."""

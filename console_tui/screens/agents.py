@@ -10,6 +10,7 @@ from console_tui.actions import bindings_for
 from console_tui.screens.base import Json
 from console_tui.screens.dialogs import ConfirmScreen
 from console_tui.screens.tables import TableView
+from core.client import agent_queues_text
 
 
 class AgentsView(TableView):
@@ -33,7 +34,7 @@ class AgentsView(TableView):
             Text("draining", style="bold yellow") if a.get("draining") else Text("active", style="green"),
             Text(f"{a.get('slots_used', 0)}/{a.get('slots', 0)}", justify="right"),
             Text(d.duration(a.get("heartbeat_age")), justify="right"),
-            ",".join(a.get("queues") or ["*"]),
+            agent_queues_text(a),
             ",".join(f"{k}={v}" for k, v in sorted((a.get("labels") or {}).items())) or "-",
             jobs or "-",
         ]

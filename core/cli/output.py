@@ -170,4 +170,4 @@ def event_line(e: dict[str, Any]) -> str:
 
 
 AGENT_COLUMNS = (("name", 24), ("host", 14), ("slots", 6), ("slots_used", 10), ("draining", 8),
-                 ("heartbeat_age", 13), ("queues", 16), ("labels", 20))  # fmt: skip
+                 ("heartbeat_age", 13), ("queues", 24), ("labels", 20))  # fmt: skip

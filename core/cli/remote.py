@@ -29,7 +29,7 @@ from core.cli.output import (
     show,
     table,
 )
-from core.client import JobDeckClient, key_limit_text
+from core.client import JobDeckClient, agent_queues_text, key_limit_text
 from core.errors import JobDeckError
 from core.flow import default_burst, rate_text
 
@@ -502,5 +502,5 @@ async def cmd_agents(c: JobDeckClient, args: argparse.Namespace) -> int:
         a = await c.drain_agent(args.name)
         show(args, a, lambda a: f"agent {a['name']}: draining, {a['slots_used']} jobs still running")
         return 0
-    show(args, await c.agents(), lambda a: table(a, AGENT_COLUMNS))
+    show(args, await c.agents(), lambda a: table([{**x, "queues": agent_queues_text(x)} for x in a], AGENT_COLUMNS))
     return 0

@@ -403,3 +403,7 @@ async def test_bulkheads_keep_slots_for_a_queue_that_a_flood_elsewhere_cannot_ta
     bad = subprocess.run([sys.executable, "-m", "core.cli", "agent", "--server", server.url, "--queues", "a:2",
                           "--slots", "1"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode != 0 and "--slots 1 is fewer than the 2 slots --queues keeps" in bad.stderr, bad.stderr
+    listed = subprocess.run([sys.executable, "-m", "core.cli", "--server", server.url, "agents"], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    [line] = [x for x in listed.stdout.splitlines() if x.startswith("bulk ")]
+    assert "reports:2,emails:1,*" in line, f"the CLI names the bulkheads: {listed.stdout}"

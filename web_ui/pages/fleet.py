@@ -6,7 +6,7 @@ from typing import Any
 
 import reflex as rx
 
-from core.client import key_limit_text
+from core.client import agent_queues_text, key_limit_text
 from core.errors import JobDeckError
 from web_ui.format import ago
 from web_ui.hub import Change, touched
@@ -234,7 +234,7 @@ class AgentsState(AppState):
             {
                 "name": a["name"],
                 "host": f"{a.get('host', '')}:{a.get('pid', '')}",
-                "queues": ", ".join(a.get("queues") or []),
+                "queues": agent_queues_text(a).replace(",", ", "),
                 "labels": ", ".join(f"{k}={v}" for k, v in (a.get("labels") or {}).items()),
                 "slots": f"{a.get('slots_used', 0)}/{a.get('slots', 0)}",
                 "heartbeat": f"{a.get('heartbeat_age', 0):.1f}s",
