@@ -101,6 +101,14 @@ def agent_queues_text(agent: Json) -> str:
     return ",".join([*(f"{q}:{n}" for q, n in kept.items()), *shared])
 
 
+def breaker_window_text(breaker: Json) -> str:
+    """What a circuit breaker (breakers()[i]) judges now: "4 sent, 1 failed in 10 s" while closed; open
+    or half open, "nothing sent while open" (its window was cleared when it opened)."""
+    if breaker["state"] != "closed":
+        return "nothing sent while open"
+    return f"{breaker['requests']:g} sent, {breaker['failures']:g} failed in {breaker['settings']['window']:g} s"
+
+
 def first_sight(seen: deque[str], alert_id: Any) -> bool:
     """Whether a notify.alert with this id is new to a front end (remembered in `seen`, a bounded
     deque): the feed is at least once, so an alert may come twice; one without an id always shows."""

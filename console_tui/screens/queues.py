@@ -18,7 +18,7 @@ from console_tui.screens.base import Json
 from console_tui.screens.dialogs import PromptScreen
 from console_tui.screens.tables import TableView
 from console_tui.throughput import SPARK_SECONDS
-from core.client import relay_lag_text
+from core.client import breaker_window_text, relay_lag_text
 
 FINISHED = ("job.succeeded", "job.failed", "job.dead", "job.cancelled")
 
@@ -104,9 +104,7 @@ class QueuesView(TableView):
             style = {"open": "bold red", "half_open": "yellow"}.get(b["state"], "green")
             out.append(f"\n    {b['host']} ", style="bold")
             out.append(b["state"].replace("_", " "), style=style)
-            window = (f"{b['requests']:g} sent, {b['failures']:g} failed in {b['settings']['window']:g} s"
-                      if b["state"] == "closed" else "nothing sent while open")  # fmt: skip
-            out.append(f" ({b['mode']}; {window}; opened {b['times_opened']}×)")
+            out.append(f" ({b['mode']}; {breaker_window_text(b)}; opened {b['times_opened']}×)")
             if b["reason"]:
                 out.append(f"\n      {b['reason']}", style="dim")
         return out

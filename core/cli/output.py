@@ -95,7 +95,7 @@ def job_detail(data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-BREAKER_COLUMNS = (("queue", 16), ("host", 24), ("state", 9), ("mode", 4), ("window", 22), ("opened", 6),
+BREAKER_COLUMNS = (("queue", 16), ("host", 24), ("state", 9), ("mode", 4), ("window", 26), ("opened", 6),
                    ("retry_at", 32))  # fmt: skip
 QUEUE_COLUMNS = (("name", 20), ("paused", 6), ("concurrency", 11), ("rate_limit", 10), ("rate_burst", 10),
                  ("key_concurrency", 15), ("fair", 4), ("depth", 8), ("running", 8), ("scheduled", 9))  # fmt: skip

@@ -29,7 +29,7 @@ from core.cli.output import (
     show,
     table,
 )
-from core.client import JobDeckClient, agent_queues_text, key_limit_text
+from core.client import JobDeckClient, agent_queues_text, breaker_window_text, key_limit_text
 from core.errors import JobDeckError
 from core.flow import default_burst, rate_text
 
@@ -288,8 +288,7 @@ def breakers_text(breakers: list[dict[str, Any]]) -> str:
     """Breakers as a table, with why the open ones hold their jobs."""
     if not breakers:
         return "no circuit breakers yet: a queue gets one per host its http jobs call"
-    rows = [{**b, "window": f"{b['requests']:g} sent, {b['failures']:g} failed", "opened": b["times_opened"]}
-            for b in breakers]  # fmt: skip
+    rows = [{**b, "window": breaker_window_text(b), "opened": b["times_opened"]} for b in breakers]
     out = [table(rows, BREAKER_COLUMNS)]
     out += [f"  {b['queue']} {b['host']}: {b['reason']}" for b in breakers if b["reason"]]
     return "\n".join(out)

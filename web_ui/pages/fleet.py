@@ -6,7 +6,7 @@ from typing import Any
 
 import reflex as rx
 
-from core.client import agent_queues_text, key_limit_text
+from core.client import agent_queues_text, breaker_window_text, key_limit_text
 from core.errors import JobDeckError
 from web_ui.format import ago
 from web_ui.hub import Change, touched
@@ -76,8 +76,7 @@ class QueuesState(AppState):
         client = self.client()
         self.breakers = [
             {"queue": b["queue"], "host": b["host"], "state": b["state"], "mode": b["mode"],
-             "window": f"{b['requests']:g} sent, {b['failures']:g} failed in {b['settings']['window']:g} s"
-             if b["state"] == "closed" else "nothing sent while open",
+             "window": breaker_window_text(b),
              "opened": str(b["times_opened"]), "reason": b["reason"] or "",
              "refuse_reset": self.may("breakers.reset", b["queue"])}
             for b in await client.breakers()
