@@ -1,6 +1,6 @@
 """The Queues view: depth, running, throughput sparkline, paused, its limits (concurrency, rate, per key,
 fair share) and open circuit breakers; below the table, the highlighted queue's per-key usage (running
-jobs per concurrency key, waiting jobs per fairness key) and its breakers; pause, resume, change the
+jobs per concurrency key, queued jobs per fairness key) and its breakers; pause, resume, change the
 limits and the breakers' numbers, reset a breaker."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class QueuesView(TableView):
             out.append(" · ".join(f"{r['key']} {r['running']}" + ("" if limit is None else f"/{limit}")
                                   for r in running) or "none", style="cyan")  # fmt: skip
             out.append(" …" if u["more_running_keys"] else "")
-            out.append("\n  waiting  ", style="bold")
+            out.append("\n  queued   ", style="bold")  # not "waiting": the table's WAITING is its scheduled jobs
             waiting = u["waiting_by_fairness_key"]
             out.append(" · ".join(f"{w['key']} {w['waiting']:,}" + (f" (served {w['served']:g})" if q.get("fair") else "")
                                   for w in waiting) or "none", style="cyan")  # fmt: skip

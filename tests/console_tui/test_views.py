@@ -247,7 +247,7 @@ async def test_the_queues_view_shows_the_highlighted_queues_per_key_usage_and_it
 
             await until(lambda: "running  acme 1/1 · zeta 1/1" in panel(), 10, f"the running count per key: {panel()}")
             text = panel()
-            assert "waiting  acme 2 (served 1) · zeta 1 (served 1)" in text, text
+            assert "queued   acme 2 (served 1) · zeta 1 (served 1)" in text, text
             assert f"{host.address} open (wait; nothing sent while open; opened 1×)" in text, text
             assert f"circuit open for host {host.address} (queue 'keys-q')" in text, text
             assert "1 open" in [str(c) for c in queues.table.get_row("keys-q")]
