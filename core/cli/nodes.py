@@ -87,6 +87,9 @@ def cmd_up(args: argparse.Namespace, *, local_agent: bool) -> int:
             if want_web:
                 web_port = getattr(args, "web_port", None)
                 node.on_stop(start_web(url, settings.host, web_port, settings.data_dir, companion_ca(settings)))
+            elif web_left_out_by_default(args):
+                print(f"  web dashboard: not started (not run in a terminal; `{prog} up --web` or JOBDECK_WEB=1 "
+                      "starts it)", flush=True)  # fmt: skip
 
         await node.serve(ready)
 
@@ -106,6 +109,12 @@ def wants_web(args: argparse.Namespace) -> bool:
     if env is not None:
         return env.strip().lower() not in ("0", "false", "no", "off", "")
     return sys.stdout.isatty()
+
+
+def web_left_out_by_default(args: argparse.Namespace) -> bool:
+    """`jobdeck up` run from a script with neither --web/--no-web nor JOBDECK_WEB: it says how to ask."""
+    return (getattr(args, "command", "") == "up" and getattr(args, "web", None) is None
+            and os.environ.get("JOBDECK_WEB") is None and not sys.stdout.isatty())  # fmt: skip
 
 
 def start_web(

@@ -44,6 +44,20 @@ def test_jobdeck_up_serves_the_dashboard_and_stops_it(tmp_path: Path) -> None:
     _wait_for(lambda: not _listening(web_port), 20, "the dashboard to stop with the node")
 
 
+def test_up_from_a_script_says_how_to_start_the_dashboard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBDECK_WEB", raising=False)  # stdout is a file: the dashboard is off unless asked
+    node = spawn_jobdeck(tmp_path / "data", "up", env={"JOBDECK_PROG": "jobdeck"})
+    try:
+        _wait_for(lambda: "API docs" in node.output(), 20, "the node's ready lines")
+        time.sleep(0.5)
+        assert "web dashboard: not started (not run in a terminal; `jobdeck up --web` or JOBDECK_WEB=1" in (
+            node.output()
+        ), node.output()[-2000:]
+    finally:
+        node.proc.terminate()
+        node.proc.wait(15)
+
+
 def test_no_web_starts_no_dashboard(tmp_path: Path) -> None:
     node = spawn_jobdeck(tmp_path / "data", "up", "--no-web", env={"JOBDECK_WEB": "1"})
     try:
