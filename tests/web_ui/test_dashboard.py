@@ -242,7 +242,8 @@ def test_queue_limits_are_shown_and_changed_from_the_queues_page(open_page: Open
     api(web, "submit", {"task": {"kind": "shell", "argv": ["true"]}, "queue": "limits-q", "delay": 3600})
     page = open_page("/queues")
     row = page.locator("#queue-row-limits-q")
-    expect(row.locator(".queue-rate")).to_have_text("none")
+    expect(row.locator(".queue-rate")).to_have_text("no limit")  # as the Concurrency column says
+    expect(row.locator(".queue-keys")).to_have_text("no limit")
     row.get_by_role("button", name="Limit").click()
     dialog = page.get_by_role("dialog")
     dialog.locator("#rate-value").fill("2.5")
