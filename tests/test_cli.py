@@ -148,6 +148,17 @@ def test_queues_keys_sets_the_per_key_limit_and_weights_and_submit_takes_the_key
     assert off.stdout.strip() == "queue keys-q: no per-key limit; no fair rotation (weights gold=3)", off.stdout
     one = jobdeck(jobdeck_process, "queues", "keys", "keys-q", "1")
     assert one.stdout.startswith("queue keys-q: at most 1 job of one concurrency key runs at once;"), one.stdout
+    jobdeck(jobdeck_process, "queues", "pause", "keys-q")  # what comes now stays queued
+    for key in ("t1", "t1", "t2"):
+        jobdeck(jobdeck_process, "submit", "--queue", "keys-q", "--fairness-key", key, "--", "true")
+    usage = jobdeck(jobdeck_process, "queues", "keys", "keys-q")  # nothing to change: what the keys use
+    assert usage.returncode == 0, usage.stderr
+    lines = [line.split() for line in usage.stdout.splitlines()]
+    # a job with a fairness key turned fair share back on: the rotation's SERVED column shows
+    assert lines[1:] == [["no", "job", "with", "a", "concurrency", "key", "runs"], ["FAIRNESS_KEY", "QUEUED", "SERVED"],
+                         ["t1", "2", "0"], ["t2", "1", "0"]], usage.stdout  # fmt: skip
+    missing = jobdeck(jobdeck_process, "queues", "keys", "no-such-q")
+    assert missing.returncode != 0 and "no queue named 'no-such-q'" in missing.stderr, missing
 
 
 def job_state(server: ServerProcess, job_id: int) -> str:

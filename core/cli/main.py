@@ -250,8 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--burst", type=int, help="starts allowed at once (default: a tenth of a second's worth)")
     s = qs.add_parser(
         "keys",
-        help="per-key limits: jobs of one concurrency key at once, fairness weights",
-        description="LIMIT: at most this many jobs of one --concurrency-key (e.g. a customer) run at once, "
+        help="per-key limits: jobs of one concurrency key at once, fairness weights; alone, what each key uses",
+        description="With a queue's name alone: its running jobs per concurrency key and queued jobs per fairness "
+        "key. LIMIT: at most this many jobs of one --concurrency-key (e.g. a customer) run at once, "
         "over every node ('none' removes it). --weight KEY=N: a fairness key's share (default 1) while keys "
         "wait together. --fair on|off: rotate claims between fairness keys (a job with --fairness-key turns "
         "it on).",

@@ -253,8 +253,12 @@ async def cmd_queues(c: JobDeckClient, args: argparse.Namespace) -> int:
             settings["fairness_weights"] = {k: _weight(v) for k, v in _pairs(args.weight, "=", "--weight").items()}
         if args.fair is not None:
             settings["fair"] = args.fair == "on"
-        if not settings:
-            raise JobDeckError("say what to change: a LIMIT, --weight KEY=N, or --fair on|off")
+        if not settings:  # nothing to change: what the keys use now
+            named = [q for q in await c.queues() if q["name"] == args.name]
+            if not named:
+                raise JobDeckError(f"no queue named {args.name!r}", field="name")
+            show(args, await c.queue_keys(args.name), lambda u: key_usage_text(named[0], u))
+            return 0
         show(args, await c.update_queue(args.name, **settings), keys_line)
     elif action == "breaker":
         show(args, await c.update_queue(args.name, **_breaker_args(args)), breaker_line)
@@ -387,6 +391,27 @@ def keys_line(q: dict[str, Any]) -> str:
     if q["fairness_weights"]:
         parts.append(" (weights " + ", ".join(f"{k}={v:g}" for k, v in sorted(q["fairness_weights"].items())) + ")")
     return " ".join(parts[:2]) + "".join(parts[2:])
+
+
+def key_usage_text(q: dict[str, Any], u: dict[str, Any]) -> str:
+    """A queue's per-key settings, then its running jobs per concurrency key and queued jobs per fairness
+    key (GET /v1/queues/{name}/keys), as the console's and the dashboard's panels show them."""
+    limit = u["key_concurrency"]
+    out = [keys_line(q)]
+    running = [{"concurrency_key": r["key"], "running": f"{r['running']}" + ("" if limit is None else f" of {limit}")}
+               for r in u["running_by_concurrency_key"]]  # fmt: skip
+    out.append(
+        table(running, (("concurrency_key", 24), ("running", 10))) if running else "no job with a concurrency key runs"
+    )
+    if u["more_running_keys"]:
+        out.append(f"  (the busiest {len(running)} keys)")
+    queued = [{"fairness_key": w["key"], "queued": f"{w['waiting']:,}", "served": f"{w['served']:g}"}
+              for w in u["waiting_by_fairness_key"]]  # fmt: skip
+    columns = (("fairness_key", 24), ("queued", 10)) + ((("served", 10),) if q["fair"] else ())
+    out.append(table(queued, columns) if queued else "no job with a fairness key is queued")
+    if u["more_waiting_keys"] or u["waiting_capped"]:
+        out.append(f"  (the busiest {len(queued)} keys of the first {u['waiting_counted']:,} queued jobs counted)")
+    return "\n".join(out)
 
 
 def concurrency_line(q: dict[str, Any], args: argparse.Namespace) -> str:
