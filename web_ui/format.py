@@ -76,11 +76,20 @@ def task_text(task: dict[str, Any]) -> str:
     return json.dumps(task)[:120]
 
 
+NOTE_CHARS = 120  # of a job's waiting_for or last error in a row of the Jobs table
+
+
+def _cut(text: str, chars: int) -> str:
+    """`text` in at most `chars` characters, a cut one ending in '…' (so it does not read as whole)."""
+    return text if len(text) <= chars else text[: chars - 1].rstrip() + "…"
+
+
 def job_row(job: dict[str, Any], refuse: str, zone: str = "UTC") -> dict[str, str]:
     """A job as the Jobs table shows it; `refuse` is why this user may not act on it ('' if they may);
     `zone` is the viewer's (the exact times on hover)."""
     state = str(job.get("state", ""))
     started, finished = when(job.get("started_at")), when(job.get("finished_at"))
+    note = str(job.get("waiting_for") or job.get("last_error") or "")
     return {
         "id": str(job["id"]),
         "name": str(job.get("name") or ""),
@@ -94,7 +103,8 @@ def job_row(job: dict[str, Any], refuse: str, zone: str = "UTC") -> dict[str, st
         "duration": timetext.duration(finished - started) if started is not None and finished is not None else "",
         "run_at": ago(job.get("run_at")) if state in WAITING else "",
         "agent": str(job.get("agent") or ""),
-        "note": str(job.get("waiting_for") or job.get("last_error") or "")[:120],
+        "note": _cut(note, NOTE_CHARS),
+        "note_title": note if len(note) > NOTE_CHARS else "",  # the whole of a cut note, on hover
         "refuse": refuse,
         "pausable": "1" if state in WAITING and not refuse else "",
         "resumable": "1" if state == "paused" and not refuse else "",

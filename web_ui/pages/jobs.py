@@ -328,7 +328,7 @@ def _row(row: Any) -> rx.Component:
         rx.table.cell(row["attempts"]),
         rx.table.cell(rx.text(row["created"], title=row["created_title"], size="2", class_name="job-created")),
         rx.table.cell(row["duration"]),
-        rx.table.cell(rx.text(row["note"], size="1", color_scheme="gray", trim="both")),
+        rx.table.cell(rx.text(row["note"], size="1", color_scheme="gray", trim="both", title=row["note_title"])),
         rx.table.cell(
             rx.hstack(
                 rx.cond(
