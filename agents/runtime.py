@@ -434,8 +434,11 @@ class AgentRuntime:
         # Natural batching: whatever finished while the last batch was being sent goes in the next.
         # Sent results stay held until acknowledged; the next connection sends them again.
         while True:
+            # Not wait_for: on Python 3.11 it returns instead of raising when the event is set just as
+            # the task is cancelled (the connection's end), and this loop then outlived its connection.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._results_ready.wait(), RESEND_SECONDS / 2)
+                async with asyncio.timeout(RESEND_SECONDS / 2):
+                    await self._results_ready.wait()
             self._results_ready.clear()
             self._resend_unanswered()
             await self._sync_state()
