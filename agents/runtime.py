@@ -37,6 +37,9 @@ log = logging.getLogger("jobdeck.agent")
 VERSION = "0.1.0"
 OUTPUT_FLUSH_SECONDS = 0.2
 RESEND_SECONDS = 10.0  # a result sent without an acknowledgement for this long is sent again
+# An assignment beyond the slots (the core gives an agent of short runs its next jobs ahead, see
+# AgentConfig.prefetch) that waited this long for a slot goes back to the core, for another agent.
+PREFETCH_WAIT_SECONDS = 1.0
 
 
 @dataclass
@@ -46,6 +49,10 @@ class AgentConfig:
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     queues: tuple[str, ...] = ("*",)
     slots: int = 32
+    # Assignments it takes beyond its slots, each started as a slot frees (None: as many as its slots).
+    # The core gives them only while the agent's runs are short: the next jobs then wait here a moment,
+    # not for the commit of their claim (core/agent_session.py AgentSession.ahead).
+    prefetch: int | None = None
     queue_slots: dict[str, int] = field(default_factory=dict)  # bulkheads: slots kept for a queue
     labels: dict[str, str] = field(default_factory=dict)
     heartbeat_seconds: float = 5.0
@@ -107,6 +114,10 @@ class AgentRuntime:
         # Tells this agent (this process, or a restart of it with its state folder) from a namesake.
         self.instance = self.state.instance() if self.state else uuid.uuid4().hex
         self.tasks: dict[int, tuple[int, asyncio.Task[None]]] = {}  # job id -> (attempt, task)
+        # Assignments beyond the slots, in the order they came: job id -> (attempt, assignment, since when)
+        self._waiting: dict[int, tuple[int, Message, float]] = {}
+        self._waiting_timer: asyncio.TimerHandle | None = None
+        self._handing_back: set[asyncio.Task[None]] = set()
         self._cancelled: set[tuple[int, int]] = set()
         self._refused: dict[tuple[int, int], str] = {}  # runs the core stopped as not ours, and why
         # Finished reports (with their rough size) no core has acknowledged, in the order they
@@ -189,6 +200,7 @@ class AgentRuntime:
                 "version": VERSION,
                 "queues": list(c.queues),
                 "slots": c.slots,
+                "prefetch": c.slots if c.prefetch is None else max(0, c.prefetch),
                 "queue_slots": c.queue_slots,
                 "labels": c.labels,
                 "running": self.running_pairs(),
@@ -234,6 +246,7 @@ class AgentRuntime:
                     log.info("the core asked this agent to drain: no new work")
                     self._stopping = True
                     await channel.send({"type": "draining"})
+                    await self._hand_back_waiting(channel, self._waiting)
         except ChannelClosed:
             pass
         finally:
@@ -248,13 +261,14 @@ class AgentRuntime:
         if not self.tasks or time.monotonic() - self._last_contact < 0.8 * self._lease:
             return
         log.warning("no core reachable for %.0f s: stopping %d runs whose leases expire", self._lease, len(self.tasks))
+        self._waiting.clear()  # not started: their leases run out too, and they run elsewhere
         for job_id, (attempt, task) in list(self.tasks.items()):
             self._fenced.add((job_id, attempt))
             task.cancel()
 
     def running_pairs(self) -> list[list[int]]:
-        """[job id, attempt] of every job running here."""
-        return [[j, a] for j, (a, _) in self.tasks.items()]
+        """[job id, attempt] of every job running here, or waiting for a slot (its lease is ours too)."""
+        return [[j, a] for j, (a, _) in self.tasks.items()] + [[j, a] for j, (a, _, _) in self._waiting.items()]
 
     def finished_pairs(self) -> list[list[int]]:
         """[job id, attempt] of every finished run whose result no core has acknowledged yet."""
@@ -264,15 +278,68 @@ class AgentRuntime:
 
     def _start(self, a: Message) -> None:
         job_id, attempt = int(a["job_id"]), int(a["attempt"])
-        if job_id in self.tasks:  # the core re-sent an assignment we already run
+        if job_id in self.tasks or job_id in self._waiting:  # the core re-sent an assignment we already have
             return
+        if len(self.tasks) >= self.config.slots:  # given ahead: it starts when a run ends
+            self._waiting[job_id] = (attempt, a, time.monotonic())
+            if self._waiting_timer is None:
+                self._waiting_timer = asyncio.get_running_loop().call_later(PREFETCH_WAIT_SECONDS, self._hand_back_late)
+            return
+        self._launch(a)
+
+    def _launch(self, a: Message) -> None:
+        job_id, attempt = int(a["job_id"]), int(a["attempt"])
         task = asyncio.create_task(self._run_one(a), name=f"job-{job_id}")
         self.tasks[job_id] = (attempt, task)
         self._job_started.set()
 
+    def _start_waiting(self) -> None:
+        """Slots came free: start the assignments that wait for them, oldest first."""
+        while self._waiting and len(self.tasks) < self.config.slots and not self._stopping:
+            _, a, _ = self._waiting.pop(next(iter(self._waiting)))
+            self._launch(a)
+
+    def _hand_back_late(self) -> None:
+        """Assignments that waited PREFETCH_WAIT_SECONDS for a slot (the runs ahead of them turned out
+        long) go back to the core, which can give them to an agent with a free slot."""
+        self._waiting_timer = None
+        now = time.monotonic()
+        late = {j: w for j, w in self._waiting.items() if now - w[2] >= PREFETCH_WAIT_SECONDS}
+        if late and self._channel is not None:
+            self._spawn_hand_back(self._channel, late)
+        if self._waiting:
+            since = min(w[2] for w in self._waiting.values())
+            delay = max(0.0, since + PREFETCH_WAIT_SECONDS - now)
+            self._waiting_timer = asyncio.get_running_loop().call_later(delay, self._hand_back_late)
+
+    def _spawn_hand_back(self, channel: Channel, which: dict[int, tuple[int, Message, float]]) -> None:
+        task = asyncio.create_task(self._hand_back_waiting(channel, which))
+        self._handing_back.add(task)
+        task.add_done_callback(self._handing_back.discard)
+
+    async def _hand_back_waiting(self, channel: Channel, which: dict[int, tuple[int, Message, float]]) -> None:
+        """Give back assignments that never started (the core queues them again, attempt not counted,
+        or ends a cancelled one). Ones still here after a failed send are reported running on the next
+        connection, as a started run is."""
+        back = [[j, w[0]] for j, w in list(which.items()) if self._waiting.get(j) == w]
+        if not back:
+            return
+        with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
+            await channel.send({"type": "hand_back", "jobs": back})
+            for j, _ in back:
+                self._waiting.pop(j, None)
+
     def _cancel(self, job_id: int, attempt: int, refusal: str | None = None) -> None:
         """Stop a run: cancelled by request, or refused (`refusal`: why the core will not let this
         attempt go on here, e.g. a newer attempt started while we were out of touch)."""
+        waiting = self._waiting.get(job_id)
+        if waiting is not None and waiting[0] == attempt:
+            if refusal:  # not ours to run any more: it never started, so nothing goes back
+                log.warning("the core took back job %s attempt %s before it started: %s", job_id, attempt, refusal)
+                del self._waiting[job_id]
+            elif self._channel is not None:  # handed back unstarted, the core ends it cancelled
+                self._spawn_hand_back(self._channel, {job_id: waiting})
+            return
         entry = self.tasks.get(job_id)
         if entry is None or entry[0] != attempt:
             return
@@ -353,6 +420,7 @@ class AgentRuntime:
             self._fenced.discard(key)
             if self.tasks.get(job_id, (None,))[0] == attempt:
                 del self.tasks[job_id]
+                self._start_waiting()
         report["output"] = ctx.output
         report["finished_at"] = time.time()
         log.debug("run ended: %s in %.3f s", report.get("outcome"), report["finished_at"] - report["started_at"])
@@ -500,6 +568,7 @@ class AgentRuntime:
         if channel is not None:
             with contextlib.suppress(ChannelClosed, ConnectionError, OSError):
                 await channel.send({"type": "draining"})
+            await self._hand_back_waiting(channel, self._waiting)
         running = [t for _, t in self.tasks.values()]
         if running:
             log.warning(

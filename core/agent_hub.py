@@ -433,7 +433,9 @@ class AgentHub:
         self.bus.publish(events)
 
     async def hand_back(self, session: AgentSession, jobs: list[list[int]]) -> None:
-        """The agent returns jobs it did not start."""
+        """The agent returns jobs it did not start (draining, or given ahead and kept waiting by runs
+        that turned out long: no more jobs ahead until its results say its runs are short again)."""
+        session.run_seconds = None
         decisions: dict[int, Decide] = {}
         for job_id, attempt in jobs:
             session.running.pop(job_id, None)

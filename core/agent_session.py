@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,13 @@ if TYPE_CHECKING:
     from core.agent_hub import AgentHub
 
 log = logging.getLogger("jobdeck.agents")
+
+# An agent whose runs take less than this on average is given its next jobs ahead, up to its
+# `prefetch` beyond its slots: they wait a moment in the agent, not for the commit of their claim.
+PREFETCH_RUNS_UNDER = 0.1  # seconds
+# ...but not while a run it was given more than this long ago (or 4 of its mean runs) still goes:
+# the jobs would wait behind a long run, when another agent or the list could say why they wait.
+PREFETCH_OVERDUE = 0.01  # seconds
 
 
 def assignment(job: Job, extra: Message | None = None) -> Message:
@@ -46,6 +54,10 @@ class AgentSession:
         queues = hello.get("queues") or []
         self.queues: frozenset[str] | None = frozenset(queues) if queues and "*" not in queues else None
         self.slots = int(hello.get("slots", 1))
+        # Assignments the agent takes beyond its slots (0: an agent that starts whatever it is given).
+        self.prefetch = max(0, min(int(hello.get("prefetch") or 0), self.slots))
+        self.run_seconds: float | None = None  # a moving average of its runs' durations, from their results
+        self._given: collections.deque[tuple[float, list[int]]] = collections.deque()  # (when, job ids) assigned
         self.labels: dict[str, str] = dict(hello.get("labels") or {})
         self.running: dict[int, int] = {}  # job id -> attempt
         # Bulkheads: slots kept for a queue (`--queues emails:50,reports:10`), and the queue of each run.
@@ -73,8 +85,24 @@ class AgentSession:
         return len(self.running) - len(self.finishing.keys() & self.running.keys()) + len(self.held)
 
     @property
+    def ahead(self) -> int:
+        """Jobs it is given beyond its slots now: its prefetch while its runs are short, so a freed
+        slot starts its next job at once while the claim that replaces it commits. None while its runs
+        are long or not known yet (a job given ahead would wait a run, when another agent may be free),
+        nor with bulkheads (their slots are counted per queue)."""
+        given = self._given
+        while given and not any(j in self.running for j in given[0][1]):
+            given.popleft()  # every run of the oldest assignment ended
+        mean = self.run_seconds
+        if not self.prefetch or self.queue_slots or mean is None or mean >= PREFETCH_RUNS_UNDER:
+            return 0
+        overdue = bool(given) and time.monotonic() - given[0][0] > max(PREFETCH_OVERDUE, 4 * mean)
+        return 0 if overdue else self.prefetch
+
+    @property
     def free(self) -> int:
-        return 0 if self.draining else max(0, self.slots - self.busy)
+        """What its next claim may take: its free slots, and what it takes ahead (`ahead`)."""
+        return 0 if self.draining else max(0, self.slots + self.ahead - self.busy)
 
     def to_dict(self) -> dict[str, Any]:
         """The public view of an agent (the API's JSON)."""
@@ -87,8 +115,8 @@ class AgentSession:
             "queue_slots": self.queue_slots,
             "labels": self.labels,
             "slots": self.slots,
-            "slots_used": len(self.running) + len(self.held),
-            "slots_free": self.free,
+            "slots_used": min(self.slots, len(self.running) + len(self.held)),
+            "slots_free": 0 if self.draining else max(0, self.slots - self.busy),
             "running": sorted(self.running),
             "draining": self.draining,
             "heartbeat_age": round(time.time() - self.last_heartbeat, 3),
@@ -107,6 +135,8 @@ class AgentSession:
 
     async def assign(self, jobs: list[Job], extras: dict[int, Message] | None = None) -> None:
         self.assigned_at = time.monotonic()
+        if self.prefetch:
+            self._given.append((self.assigned_at, [j.id for j in jobs]))
         for j in jobs:
             self.running[j.id] = j.attempt
             if self.queue_slots:
@@ -187,12 +217,21 @@ class AgentSession:
         the batch is in the writer's queue before any claim for those slots, and the writer keeps
         that order, so a late result of a lost attempt is recorded before a claim could start the
         job's retry (which would refuse the result: the job would run twice)."""
+        took = 0.0
+        timed = 0
         for r in batch:
             job_id, attempt = int(r["job_id"]), int(r["attempt"])
             if self.running.get(job_id) == attempt:
                 self.finishing[job_id] = attempt
             if self.held.get(job_id) == attempt:
                 del self.held[job_id]
+            started, finished = r.get("started_at"), r.get("finished_at")
+            if isinstance(started, int | float) and isinstance(finished, int | float):
+                took += max(0.0, finished - started)
+                timed += 1
+        if timed:
+            mean = took / timed
+            self.run_seconds = mean if self.run_seconds is None else 0.7 * self.run_seconds + 0.3 * mean
         self.hub.engine.wake()  # the dispatcher runs once this task waits: after the batch is queued
         self.hub.engine.result_batches += 1
         self.hub.engine.results += len(batch)

@@ -231,3 +231,25 @@ async def trace_context_async() -> dict[str, Any]:
         parent = own.parent
     return {"trace_id": f"{c.trace_id:032x}", "span_id": f"{c.span_id:016x}",
             "child_parent": f"{parent.span_id:016x}" if parent is not None else None}  # fmt: skip
+
+
+# Runs in the test's own event loop (a local agent): the test opens each gate and reads the counts.
+GATES: dict[str, asyncio.Event] = {}
+STARTED: list[str] = []
+AT_ONCE = {"now": 0, "most": 0}
+
+
+async def gated(name: str) -> str:
+    """Note that `name` started, then wait until the test opens GATES[name]."""
+    STARTED.append(name)
+    await GATES.setdefault(name, asyncio.Event()).wait()
+    return name
+
+
+async def counted() -> int:
+    """Count the runs of this task going at once (AT_ONCE), yielding to the loop once in between."""
+    AT_ONCE["now"] += 1
+    AT_ONCE["most"] = max(AT_ONCE["most"], AT_ONCE["now"])
+    await asyncio.sleep(0)
+    AT_ONCE["now"] -= 1
+    return AT_ONCE["most"]
