@@ -8,7 +8,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,40 @@ NEXT_JOB_ID = (
     "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
     "coalesce((SELECT max(id) FROM jobs), 0)) + 1"
 )
+
+
+# Rows a multi-row statement takes at most (insert_values, update_from_values): its statement text
+# (cached by the sqlite3 module per text) is one per row count up to this.
+ROWS_PER_STATEMENT = 256
+
+
+def _row_chunks(rows: Sequence[Sequence[Any]]) -> Iterator[Sequence[Sequence[Any]]]:
+    for i in range(0, len(rows), ROWS_PER_STATEMENT):
+        yield rows[i : i + ROWS_PER_STATEMENT]
+
+
+def insert_values(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]]) -> None:
+    """`head` ("INSERT INTO t (a, b)") with one VALUES list of many rows: one statement where
+    executemany runs one a row. Each statement is a release and a take of the GIL by the writer
+    thread, which then waits for the event loop to let go of it (up to the switch interval): an
+    executemany of 64 events was 64 of those waits."""
+    for part in _row_chunks(rows):
+        one = "(" + ", ".join("?" * len(part[0])) + ")"
+        conn.execute(f"{head} VALUES {', '.join([one] * len(part))}", [v for r in part for v in r])
+
+
+def update_from_values(
+    conn: sqlite3.Connection, table: str, columns: Sequence[str], keys: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> None:
+    """UPDATE `table` SET each of `columns` to its own value per row, in one statement over a VALUES
+    list (see insert_values): each row is (*values, *key values), the key (`keys`) unique per row."""
+    n = len(columns)
+    sets = ", ".join(f"{c} = v.column{i + 1}" for i, c in enumerate(columns))
+    match = " AND ".join(f"{table}.{k} = v.column{n + i + 1}" for i, k in enumerate(keys))
+    for part in _row_chunks(rows):
+        one = "(" + ", ".join("?" * len(part[0])) + ")"
+        conn.execute(f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([one] * len(part))}) AS v WHERE {match}",
+                     [v for r in part for v in r])  # fmt: skip
 
 
 def connect(path: Path, *, readonly: bool = False, trace: Trace | None = None) -> sqlite3.Connection:
@@ -299,10 +333,8 @@ class Writer:
                         log.exception("store operation failed")
                     outcomes.append((fut, None, exc))
             if tx.events:
-                conn.executemany(
-                    "INSERT INTO events (seq, ts, type, job_id, queue, body) VALUES (?, ?, ?, ?, ?, ?)",
-                    [(e.seq, e.ts, e.type, e.job_id, e.queue, e.body) for e in tx.events],
-                )
+                insert_values(conn, "INSERT INTO events (seq, ts, type, job_id, queue, body)",
+                              [(e.seq, e.ts, e.type, e.job_id, e.queue, e.body) for e in tx.events])  # fmt: skip
             conn.execute("COMMIT")
             if self.observe_commit is not None:
                 self.observe_commit(time.perf_counter() - began)

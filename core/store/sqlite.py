@@ -39,7 +39,7 @@ from core.store import _sqlite_search as search_index
 from core.store import audit
 from core.store import pickup as pickup_sql
 from core.store._sqlite_flow import pick_rows, record, turns
-from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect
+from core.store._sqlite_writer import OnCommit, Trace, Tx, Writer, connect, insert_values, update_from_values
 from core.store.archive import SQLiteArchive
 from core.store.audit import AuditFilter
 from core.store.base import (
@@ -417,23 +417,27 @@ class _Applier(JobChanges[Tx]):
         c = self.tx.conn
         for keys, rows in self.updates.items():
             sets = ", ".join(k + " = ?" for k in keys)
+            if len(rows) == 1 or len({r[-1] for r in rows}) < len(rows):
+                c.executemany(f"UPDATE jobs SET {sets} WHERE id = ?", rows)  # a job twice: its last change wins
+                continue
             alike: dict[tuple[Any, ...], list[int]] = {}  # the same values -> the jobs that get them
             for row in rows:
                 alike.setdefault(row[:-1], []).append(row[-1])
-            if len(alike) == len(rows) or len({r[-1] for r in rows}) < len(rows):
-                c.executemany(f"UPDATE jobs SET {sets} WHERE id = ?", rows)  # a job twice: its last change wins
+            if len(alike) == len(rows):  # each job its own values (results): one statement, not one a job
+                update_from_values(c, "jobs", keys, ("id",), rows)
                 continue
             for same, ids in alike.items():
                 c.execute(f"UPDATE jobs SET {sets} WHERE id IN (SELECT value FROM json_each(?))",
                           (*same, orjson.dumps(ids).decode()))  # fmt: skip
         if self.attempt_inserts:
-            c.executemany(
-                "INSERT OR REPLACE INTO attempts (job_id, attempt, agent, claimed_at, outcome) VALUES (?, ?, ?, ?, ?)",
-                self.attempt_inserts,
-            )
+            insert_values(c, "INSERT OR REPLACE INTO attempts (job_id, attempt, agent, claimed_at, outcome)",
+                          self.attempt_inserts)  # fmt: skip
         for keys, rows in self.attempt_updates.items():
-            sets = ", ".join(k + " = ?" for k in keys)
-            c.executemany(f"UPDATE attempts SET {sets} WHERE job_id = ? AND attempt = ?", rows)
+            if len({r[-2:] for r in rows}) < len(rows):
+                sets = ", ".join(k + " = ?" for k in keys)
+                c.executemany(f"UPDATE attempts SET {sets} WHERE job_id = ? AND attempt = ?", rows)
+            else:
+                update_from_values(c, "attempts", keys, ("job_id", "attempt"), rows)
         self.clear()
 
 
