@@ -12,6 +12,10 @@ and heartbeat messages (their leases are extended as the running ones' are).
 The runs an agent reports (`running` in register and heartbeat) are fenced the same way: one
 whose attempt is no longer the agent's (its lease ran out and a newer attempt started, or the
 attempt was recorded lost) is stopped with a `cancel` that carries the `reason`; the agent logs it.
+
+An agent's register message says how many assignments it takes beyond its slots (`prefetch`;
+absent: none). It runs at most `slots` at once; the others wait in the agent, count among its
+running pairs, and go back unstarted with `hand_back` if they do not start (agents/runtime.py).
 """
 
 from __future__ import annotations
