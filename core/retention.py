@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from core.config import Settings
 from core.errors import InvalidInput, NotFound
 from core.model import utcnow
 from core.relay.relay import node_identity
-from core.store.archive import ArchivedFile, Cutoffs
+from core.store.archive import ArchivedFile, ArchiveLine, Cutoffs
 
 log = logging.getLogger("jobdeck.retention")
 
@@ -71,29 +70,26 @@ class Archive:
         self.folder = folder
         self.node = node or socket.gethostname()
 
-    def append(self, records: list[dict[str, Any]], node: str = "") -> list[ArchivedFile]:
-        """Append the records to their days' files and sync them (blocking: run in a thread); what
+    def append(self, lines: list[ArchiveLine], node: str = "") -> list[ArchivedFile]:
+        """Append the jobs' lines to their days' files and sync them (blocking: run in a thread); what
         was appended to each file, for the store's list of every node's files."""
-        by_day: dict[str, list[bytes]] = {}
-        ids: dict[str, list[int]] = {}
-        for r in records:
-            finished = r["job"]["finished_at"] or r["job"]["updated_at"]
-            day = time.strftime("%Y-%m-%d", time.gmtime(finished))
-            by_day.setdefault(day, []).append(orjson.dumps(r) + b"\n")
-            ids.setdefault(day, []).append(int(r["job"]["id"]))
+        by_day: dict[str, list[ArchiveLine]] = {}
+        for line in lines:
+            by_day.setdefault(line.day, []).append(line)
         self.folder.mkdir(parents=True, exist_ok=True)
         appended = []
-        for day, lines in by_day.items():
+        for day, of_day in by_day.items():
             path = self.folder / f"jobs-{day}.jsonl.gz"
             # each append is a gzip member of its own: a file of several members is one valid gzip stream
             with open(path, "ab") as raw:
                 with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as gz:
-                    gz.write(b"".join(lines))
+                    gz.write(b"".join(line.json + b"\n" for line in of_day))
                 raw.flush()
                 os.fsync(raw.fileno())
                 size = raw.tell()
-            appended.append(ArchivedFile(node, str(self.folder), path.name, day, len(lines), size, min(ids[day]),
-                                         max(ids[day])))  # fmt: skip
+            ids = [line.id for line in of_day]
+            appended.append(ArchivedFile(node, str(self.folder), path.name, day, len(of_day), size, min(ids),
+                                         max(ids)))  # fmt: skip
         return appended
 
     def files(self) -> list[dict[str, Any]]:
@@ -236,15 +232,15 @@ class Retention:
                 log.warning("the retention lease lapsed (this node stalled for %.0f s); another node goes on",
                             LEASE_SECONDS)  # fmt: skip
                 break
-            records = await self.store.archivable_jobs(cut, self.settings.retention_batch)
-            if not records:
+            lines = await self.store.archivable_lines(cut, self.settings.retention_batch)
+            if not lines:
                 break
-            files = await asyncio.to_thread(self.archive.append, records, self.node)
-            gone = await self.store.purge_jobs([r["job"]["id"] for r in records], cut, files)
-            archived += len(records)
+            files = await asyncio.to_thread(self.archive.append, lines, self.node)
+            gone = await self.store.purge_jobs([line.id for line in lines], cut, files)
+            archived += len(lines)
             purged += gone
             batches += 1
             if self.metrics is not None:
-                self.metrics.retained(len(records), gone)
+                self.metrics.retained(len(lines), gone)
             await asyncio.sleep(self.settings.retention_pause_seconds)  # the writer serves others between batches
         return archived, purged

@@ -36,7 +36,7 @@ from core.client import JobDeckClient
 from core.config import load_settings
 from core.model import build_job
 from core.retention import Archive, Retention
-from core.store.archive import Cutoffs, record
+from core.store.archive import ArchiveLine, Cutoffs, record
 from core.store.sqlite import SQLiteStore, recount_jobs
 from tests.conftest import node_settings, start_node, stop_node
 from tests.store.conftest import POLICY
@@ -94,11 +94,11 @@ class GatedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    async def archivable_jobs(self, cutoffs: Cutoffs, limit: int) -> list[dict[str, Any]]:
+    async def archivable_lines(self, cutoffs: Cutoffs, limit: int) -> list[ArchiveLine]:
         self.idle.set()
         await self.open.wait()
         self.idle.clear()
-        return await self._store.archivable_jobs(cutoffs, limit)  # type: ignore[no-any-return]
+        return await self._store.archivable_lines(cutoffs, limit)  # type: ignore[no-any-return]
 
 
 async def _pickups_ms(c: JobDeckClient, n: int, sent: dict[str, float]) -> dict[str, list[float]]:

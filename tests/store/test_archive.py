@@ -15,7 +15,7 @@ import orjson
 from core.config import load_settings
 from core.model import RunResult, build_job, decide_finish, decide_retry
 from core.retention import LEASE, Archive, Retention
-from core.store.archive import Cutoffs
+from core.store.archive import Cutoffs, record
 from core.store.base import ClaimRequest, JobFilter
 from tests.store.conftest import POLICY, StoreKit
 from tests.store.test_conformance import two_nodes
@@ -83,6 +83,36 @@ async def test_archivable_jobs_purge_and_restore(kit: StoreKit) -> None:
     assert {j.id for j in await store.list_jobs(JobFilter(tag="t1"), None, 1000)} >= set(old[1:])
     assert await store.restore_jobs(everything) == 0, "ids in the store are skipped (old[0] too: it was retried)"
     assert (await store.get_job(old[0])).state == "queued", "the restore did not overwrite the retried job"
+
+
+async def test_archive_lines_are_the_records_encoded(kit: StoreKit) -> None:
+    """archivable_lines (SQLite: built in SQL) reads back as archivable_jobs' records: every field, its
+    type (a float keeps its microseconds), labels, JSON task and result, attempts in order."""
+    store = kit.store
+    await finished_jobs(store, 3, "q", NOW - 40 * DAY + 0.1234567)
+    base = build_job({"name": 'odd "name"\nwith é', "queue": "q", "tags": ["x", "ü"], "labels": {"gpu": "a100", "zone": "eu"},
+                      "max_attempts": 2, "task": {"kind": "python", "function": "m:f", "kwargs": {"n": [1, 2.5, None]}}},
+                     NOW - 41 * DAY, POLICY)  # fmt: skip
+    at = NOW - 40 * DAY + 1 / 3
+    job = {**record(base, [])["job"], "id": 10**6, "state": "dead", "attempt": 2, "started_at": at - 1.5,
+           "finished_at": at, "updated_at": at, "result": {"ok": False, "why": "é\u0001"}, "last_error": "boom",
+           "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01", "timeout": 12.0}  # fmt: skip
+    attempts = [{"attempt": n, "agent": "a1", "claimed_at": at - 9 + n, "started_at": at - 8 + n,
+                 "finished_at": at - 7 + n, "outcome": "failed", "error": f"e{n}", "exit_code": n,
+                 "output": f"out {n}", "result": [n] if n == 2 else None} for n in (2, 1)]  # fmt: skip
+    assert await store.restore_jobs([{"job": job, "attempts": attempts}]) == 1
+    cut = Cutoffs(NOW - 30 * DAY)
+    records = await store.archivable_jobs(cut, 100)
+    lines = await store.archivable_lines(cut, 100)
+    assert [line.id for line in lines] == [r["job"]["id"] for r in records] and len(lines) == 4
+    assert [orjson.loads(line.json) for line in lines] == records
+    for line, r in zip(lines, records, strict=True):
+        assert line.day == time.strftime("%Y-%m-%d", time.gmtime(r["job"]["finished_at"]))
+        assert {k: type(v) for k, v in orjson.loads(line.json)["job"].items()} == {
+            k: type(v) for k, v in r["job"].items()}, "the same types"  # fmt: skip
+    mine = next(orjson.loads(line.json) for line in lines if line.id == 10**6)
+    assert mine["job"]["finished_at"] == at and mine["job"]["labels"] == {"gpu": "a100", "zone": "eu"}
+    assert [a["attempt"] for a in mine["attempts"]] == [1, 2] and mine["attempts"][1]["result"] == [2]
 
 
 async def _pg_searchable(kit: StoreKit, ids: list[int]) -> list[int] | None:
