@@ -125,14 +125,22 @@ def migrate(conn: sqlite3.Connection) -> int:
 class Tx:
     """What one write operation sees: the connection, the clock, ids, and the outbox."""
 
-    def __init__(self, conn: sqlite3.Connection, next_seq: int, next_job_id: int, now: float) -> None:
+    def __init__(self, conn: sqlite3.Connection, next_seq: int, next_job_id: int, now: float,
+                 queued: Callable[[], bool] = lambda: False) -> None:  # fmt: skip
         self.conn = conn
+        self._queued = queued
+        self.ops_after = 0  # operations of this transaction still to run after the current one
         self.next_seq = next_seq
         self.next_job_id = next_job_id
         self.now = now
         self._now_iso = iso(now)  # every event of one transaction shares its time
         self.events: list[Event] = []
         self.audit: AuditScope | None = None  # set while an audited operation runs
+
+    def others_wait(self) -> bool:
+        """Whether another write waits for this operation: later in this transaction or queued for the
+        next one (a long operation that can stop part-way, a purge, gives way)."""
+        return self.ops_after > 0 or self._queued()
 
     def new_job_id(self) -> int:
         """A fresh job id (the writer is the only one handing them out)."""
@@ -306,13 +314,14 @@ class Writer:
         self, conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any]]], next_seq: int, next_job_id: int
     ) -> tuple[int, int]:
         assert self._loop is not None
-        tx = Tx(conn, next_seq, next_job_id, self._clock())
+        tx = Tx(conn, next_seq, next_job_id, self._clock(), lambda: not self._queue.empty())
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         began = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
             alone = len(batch) == 1  # the whole transaction is its savepoint (a single submit's commit)
-            for op, fut in batch:
+            for k, (op, fut) in enumerate(batch):
+                tx.ops_after = len(batch) - 1 - k
                 mark = tx.mark()
                 if not alone:
                     conn.execute("SAVEPOINT op")

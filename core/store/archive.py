@@ -280,7 +280,9 @@ class SQLiteArchive:
                 [f.row(tx.now) for f in appended],
             )
             began, done, gone = time.perf_counter(), 0, 0
-            while done < len(todo) and (n := pace.next(began, done)):
+            # after its first DELETE, the operation stops as soon as another write waits: a submit or a
+            # claim queued behind it waits one DELETE, not the rest of the slice
+            while done < len(todo) and not (done and tx.others_wait()) and (n := pace.next(began, done)):
                 chunk = todo[done : done + n]
                 t0 = time.perf_counter()
                 id_list = ", ".join(str(int(i)) for i in chunk)

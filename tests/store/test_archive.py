@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from core.config import load_settings
 from core.model import RunResult, build_job, decide_finish, decide_retry
@@ -291,3 +292,48 @@ async def test_a_purge_holds_the_sqlite_writer_about_a_slice_however_dear_a_job_
     sizes = [len(ids) for ids in per_tx if ids]
     assert sum(sizes) == len(old), sizes
     assert max(sizes) <= 10, f"jobs deleted per transaction: {sizes}"
+
+
+async def test_a_purge_gives_way_after_one_delete_when_another_write_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge operation stops after its first DELETE once another write is queued for the writer (a
+    submit or a claim waits one DELETE, not the rest of the slice). The slice is made long enough for
+    every job, so without giving way all 60 go in one transaction (DELETEs of 10, 20 and 30); here each
+    deleted row queues a write from the event loop first, and no transaction runs a second DELETE."""
+    from core.store import archive
+    from core.store.sqlite import SQLiteStore
+
+    monkeypatch.setattr(archive, "PURGE_SLICE", 30.0)
+    statements: list[str] = []
+    store = SQLiteStore(tmp_path / "jobdeck.db", POLICY, on_commit=lambda events: None, trace=statements.append)
+    await store.open()
+    loop = asyncio.get_running_loop()
+    queued: list[asyncio.Future[Any]] = []
+
+    async def queue_a_write() -> None:
+        queued.append(store._write(lambda tx: None))
+
+    try:
+        old = await finished_jobs(store, 60, "q", NOW - 40 * DAY)
+
+        def write_waits(tx: Any) -> None:  # on the writer's connection: a deleted job queues another write
+            tx.conn.create_function("queue_write", 0,
+                                    lambda: asyncio.run_coroutine_threadsafe(queue_a_write(), loop).result(5))  # fmt: skip
+            tx.conn.execute("CREATE TEMP TRIGGER write_waits AFTER DELETE ON jobs BEGIN SELECT queue_write(); END")
+
+        await store._write(write_waits)
+        statements.clear()
+        assert await store.purge_jobs(old, Cutoffs(NOW - 30 * DAY)) == len(old)
+        await asyncio.gather(*queued)
+    finally:
+        await store.close()
+    per_tx: list[set[str]] = []  # each transaction's DELETE statements on jobs
+    for s in statements:
+        if s.startswith("BEGIN"):
+            per_tx.append(set())
+        elif s.startswith("DELETE FROM jobs WHERE id IN ("):
+            per_tx[-1].add(s)
+    deletes = [len(d) for d in per_tx if d]
+    assert len(queued) == len(old) and len(deletes) >= 3, deletes
+    assert max(deletes) == 1, f"DELETE statements per transaction: {deletes}"
