@@ -5,11 +5,14 @@ both off, in alternating turns of one run, so the machine's load hits every mode
 retention costs: the purge rate of old jobs, and the pick-up p99 of a steady stream while the purge
 runs vs without it.
 
-Drain: jobs stored in a paused queue, then resumed; the clock runs to the last success (the e2e
-bench's resumed run). Pick-up: no-op jobs submitted at a steady rate, started_at - run_at per job,
-to an off node, an on node and a second off node up at the same time, the submits dealt to them in
-turn, so a burst of the machine's load hits every stream alike (in turns, the p99 of one turn against
-the next swung 0.3-2.3x); the two off nodes' p99s say how far apart two equal nodes measure. Every node is a fresh `jobdeck up` on a fresh store. The ratios are the figures: 1.00 is free.
+Drain: Redis-PING jobs (bench/io_job.py) stored in a paused queue, then resumed; the clock runs to
+the last success (the e2e bench's resumed run). Each round drains an off node, an on node and a
+second off node in turn (the order rotates with the round): the second off node's figures against
+the first's, printed beside every ratio, say how far apart two equal turns measure in that round.
+Pick-up: no-op jobs submitted at a steady rate, started_at - run_at per job, to an off node, an on
+node and a second off node up at the same time, the submits dealt to them in turn, so a burst of the
+machine's load hits every stream alike (in turns, the p99 of one turn against the next swung
+0.3-2.3x). Every node is a fresh `jobdeck up` on a fresh store. The ratios are the figures: 1.00 is free.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench import obs_hooks
 from bench.context import RunContext
+from bench.io_drain import QUEUE as IO_QUEUE
+from bench.io_drain import ping_job
 from bench.latency import paced
 from bench.report import Figure, percentile
 from bench.throughput import run_resumed
@@ -118,16 +123,17 @@ def _load() -> str:
 
 
 async def observability_cost(ctx: RunContext) -> list[Figure]:
-    """For metrics and for tracing, `obs_rounds` ABBA pairs of drain turns against a node with both off
-    (off, on, on, off; the next pair on, off, off, on), each turn a fresh node's drain: a pair's ratio
-    is its two on turns against its two off turns, so a load that rises or falls through the pair hits
-    both sides alike; its second off turn against its first says how far apart two equal turns
-    measure. Then the pair's pick-up: an off, an on and a second off node at once, one stream
-    dealt to the three (2 x pickup_seconds at pickup_rate each: 6,000 jobs a node in a full run), the
-    p99 of each; the second off node's against the first's is the comparison's resolution (the off
-    node's odd jobs against its even ones read 1.00 in every pair: neighbours share every burst). The figures are the median and the worst of the pairs, each
-    pair's ratios and the machine's load beside them. The in-process cost (bench/obs_hooks.py) is
-    measured once a pair and set beside that pair's off node's CPU per job."""
+    """For metrics and for tracing, `obs_rounds` rounds. A round's drain: three turns, each a fresh
+    node draining the I/O job (bench/io_job.py) at the io bench's slots: an off node, an on node and
+    a second off node (the twin), in an order that rotates with the round. Its ratio is the on turn
+    against the off turn; the twin against the off turn, the same comparison between two equal
+    turns, is printed beside it (the A/A: how far apart two turns measure in that round), for the
+    drain rate and the CPU per job alike. Then the round's pick-up: an off, an on and a second off
+    node at once, one stream dealt to the three (2 x pickup_seconds at pickup_rate each), the p99 of
+    each, with the twin's against the off node's as its A/A. The figures are the median and the
+    worst of the rounds, each round's ratios, their A/A and the machine's load beside them. The
+    in-process cost (bench/obs_hooks.py) is measured once a round and set beside that round's off
+    node's CPU per job."""
     with collector() as endpoint:
         modes = {
             "off": {"JOBDECK_METRICS": "false", "JOBDECK_TRACING": "off"},
@@ -143,14 +149,17 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
         # drain holds enough traces for the default sampling's share to show, in every mode alike.
         # Drains of at least DRAIN_JOBS: a --quick drain of 5,000 took 0.6-0.8 s at load 2, so a few tens
         # of ms of start-up or scheduling noise moved a turn by the 5 % the metrics floor is about.
-        jobs = max(ctx.scale.e2e_jobs, DRAIN_JOBS)
-        small_batches = dataclasses.replace(ctx, scale=dataclasses.replace(ctx.scale, batch_size=SUBMIT_BATCH,
-                                                                           e2e_jobs=jobs))  # fmt: skip
+        # The drain's job is the I/O job (bench/io_job.py: one Redis PING) at the io bench's slots: a
+        # no-op drain at 512 slots measured the claim path alone, and its turns swung as much as the effect.
+        jobs = max(ctx.scale.io_jobs, DRAIN_JOBS)
+        drain_ctx = dataclasses.replace(ctx, scale=dataclasses.replace(ctx.scale, batch_size=SUBMIT_BATCH, e2e_jobs=jobs,
+                                                                       e2e_slots=ctx.scale.io_slots))  # fmt: skip
+        io_job = ping_job(ctx.backend.redis_url)
 
         async def turn(mode: str, tag: str) -> tuple[float, float]:
-            env = modes[mode]
-            async with ctx.server(f"obs-{mode}-drain-{tag}", ctx.scale.e2e_slots, env) as (srv, client):
-                rate, _, used = await run_resumed(small_batches, [srv], [client])
+            env = modes["off" if mode == "twin" else mode]
+            async with ctx.server(f"obs-{mode}-drain-{tag}", ctx.scale.io_slots, env) as (srv, client):
+                rate, _, used = await run_resumed(drain_ctx, [srv], [client], job=io_job, queue=IO_QUEUE)
             cpu = (used.server_main + used.server_threads) * 1000 / jobs  # CPU s (not x wall)
             ctx.progress(f"{mode} {tag}: drain {rate:,.0f} jobs/s, CPU {cpu:.3f} ms/job (load {_load()})")
             return rate, cpu
@@ -176,31 +185,35 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
         pairs: dict[str, list[dict[str, float]]] = {m: [] for m in ("metrics", "tracing") if m in ctx.scale.obs_parts}
         for r in range(ctx.scale.obs_rounds):
             for mode in pairs:
-                order = ["off", mode, mode, "off"] if r % 2 == 0 else [mode, "off", "off", mode]
+                # One round: an off turn, an on turn and a second off turn (the twin), in an order that
+                # rotates with the round, so each mode takes each place once in 3 rounds; the twin
+                # against the off turn is the A/A of the same shape as on against off.
+                order = ["off", mode, "twin"][r % 3 :] + ["off", mode, "twin"][: r % 3]
                 loads = [_load()]
-                got: dict[str, list[tuple[float, float]]] = {"off": [], mode: []}
-                for k, m in enumerate(order):
-                    got[m].append(await turn(m, f"{r}{'abcd'[k]}"))
+                got = {m: await turn(m, f"{r}{'abc'[k]}") for k, m in enumerate(order)}
                 off_ms, on_ms, twin_ms = await pickup(mode, r)
                 added = await asyncio.to_thread(hook[mode])
                 loads.append(_load())
-                (o1, o2), (m1, m2) = got["off"], got[mode]
-                off_cpu = (o1[1] + o2[1]) / 2
+                (o_rate, o_cpu), (m_rate, m_cpu), (t_rate, t_cpu) = got["off"], got[mode], got["twin"]
                 p99_off = percentile(sorted(off_ms), 99)
                 pairs[mode].append({
-                    "drain": (m1[0] + m2[0]) / (o1[0] + o2[0]),
-                    "drain_aa": o2[0] / o1[0],
-                    "cpu": (o1[1] + o2[1]) / (m1[1] + m2[1]),
+                    "drain": m_rate / o_rate,
+                    "drain_aa": t_rate / o_rate,
+                    "cpu": o_cpu / m_cpu,
+                    "cpu_aa": o_cpu / t_cpu,
                     "p99": percentile(sorted(on_ms), 99) / p99_off,
                     "p99_aa": percentile(sorted(twin_ms), 99) / p99_off,
                     "p99_off_ms": p99_off,
                     "p99_on_ms": percentile(sorted(on_ms), 99),
                     "pickups": len(on_ms),
-                    "off_rate": (o1[0] + o2[0]) / 2,
-                    "on_rate": (m1[0] + m2[0]) / 2,
-                    "off_cpu": off_cpu,
+                    "off_rate": o_rate,
+                    "on_rate": m_rate,
+                    "twin_rate": t_rate,
+                    "off_cpu": o_cpu,
+                    "on_cpu": m_cpu,
+                    "twin_cpu": t_cpu,
                     "added_us": added,
-                    "in_process": off_cpu * 1000 / (off_cpu * 1000 + added),
+                    "in_process": o_cpu * 1000 / (o_cpu * 1000 + added),
                     "load_from": float(loads[0]),
                     "load_to": float(loads[1]),
                 })  # fmt: skip
@@ -216,23 +229,38 @@ async def observability_cost(ctx: RunContext) -> list[Figure]:
         def by_pair(key: str, fmt: str = "{:.2f}", ps: list[dict[str, float]] = ps) -> str:
             return ", ".join(fmt.format(p[key]) for p in ps)
 
-        for key, what, worst, rule in (
-            ("drain", f"drain: {mode} on / off", min, f">= {floor} (the issue's floor)"),
-            ("drain_aa", "drain: the pair's second off turn / its first", _furthest_from_one, "one turn's resolution"),
-            ("cpu", f"CPU per job: off / {mode} on", min, f">= {floor} (the same floor read as CPU)"),
-            ("p99", f"pick-up p99: {mode} on / off", max, f"<= {2 - floor:.2f} (the floor read as latency)"),
-            ("p99_aa", "pick-up p99: a second off node / off", _furthest_from_one, "the resolution of the line above"),
-            ("in_process", f"{mode}: off / (off + added in process)", min, f">= {floor}"),
+        for key, aa, what, worst, rule in (
+            ("drain", "drain_aa", f"drain: {mode} on / off", min, f">= {floor} (the issue's floor)"),
+            ("cpu", "cpu_aa", f"CPU per job: off / {mode} on", min, f">= {floor} (the same floor read as CPU)"),
+            ("p99", "p99_aa", f"pick-up p99: {mode} on / off", max, f"<= {2 - floor:.2f} (the floor read as latency)"),
+            ("in_process", "", f"{mode}: off / (off + added in process)", min, f">= {floor}"),
         ):
             values = [p[key] for p in ps]
-            note = f"1.00 = free; {rule}; by pair {by_pair(key)}; load by pair {loads}"
-            figures.append(Figure("observability cost", f"{what}, median of {len(ps)} ABBA pairs", _median(values),
+            spread = ""  # the same comparison between two off turns (nodes): how far apart equals measure
+            if aa:
+                a_a = [p[aa] for p in ps]
+                spread = (
+                    f"; A/A (a second off {'node' if key == 'p99' else 'turn'} the same way): median "
+                    f"{_median(a_a):.2f}, worst {_furthest_from_one(a_a):.2f}, by round {by_pair(aa)}"
+                )
+            note = f"1.00 = free; {rule}; by round {by_pair(key)}{spread}; load by round {loads}"
+            figures.append(Figure("observability cost", f"{what}, median of {len(ps)} rounds", _median(values),
                                   "ratio", None, note))  # fmt: skip
-            figures.append(Figure("observability cost", f"{what}, worst pair", worst(values), "ratio", None,
-                                  f"by pair {by_pair(key)}"))  # fmt: skip
-        figures.append(Figure("observability cost", f"drain, {mode} pairs: off / on", _median([p["off_rate"] for p in ps]),
-                              "jobs/s", None, f"off {by_pair('off_rate', '{:,.0f}')}; on {by_pair('on_rate', '{:,.0f}')}"))  # fmt: skip
-        figures.append(Figure("observability cost", f"pick-up p99, {mode} pairs: off / on", _median([p["p99_off_ms"] for p in ps]),
+            figures.append(Figure("observability cost", f"{what}, worst round", worst(values), "ratio", None,
+                                  f"by round {by_pair(key)}{spread}"))  # fmt: skip
+            if aa:
+                figures.append(Figure("observability cost", f"{what}: its A/A, the twin off / off, median",
+                                      _median(a_a), "ratio", None, f"by round {by_pair(aa)}"))  # fmt: skip
+        figures.append(Figure("observability cost", f"drain, {mode} rounds: off / on / twin off",
+                              _median([p["off_rate"] for p in ps]), "jobs/s", None,
+                              f"off {by_pair('off_rate', '{:,.0f}')}; on {by_pair('on_rate', '{:,.0f}')}; "
+                              f"twin {by_pair('twin_rate', '{:,.0f}')}; {jobs:,} Redis-PING jobs a turn, "
+                              f"{ctx.scale.io_slots} slots"))  # fmt: skip
+        figures.append(Figure("observability cost", f"CPU per job, {mode} rounds: off / on / twin off",
+                              _median([p["off_cpu"] for p in ps]), "ms", None,
+                              f"off {by_pair('off_cpu', '{:.3f}')}; on {by_pair('on_cpu', '{:.3f}')}; "
+                              f"twin {by_pair('twin_cpu', '{:.3f}')} (server event loop + threads, drain only)"))  # fmt: skip
+        figures.append(Figure("observability cost", f"pick-up p99, {mode} rounds: off / on", _median([p["p99_off_ms"] for p in ps]),
                               "ms", None, f"off {by_pair('p99_off_ms', '{:.1f}')}; on {by_pair('p99_on_ms', '{:.1f}')}; "
                               f"{by_pair('pickups', '{:,.0f}')} jobs a node"))  # fmt: skip
         figures.append(Figure("observability cost", f"{mode}: CPU added per job (in process)",
