@@ -153,6 +153,7 @@ class Engine:
         self.breakers = BreakerGate(self)
         self.metrics.watch_agents(self.hub)
         self.claims = 0  # claim transactions of this node that took jobs, and the jobs they took
+        self._pickup = (0.0, 0.0)  # (monotonic time, seconds its longest-waiting job waited) of the last claim
         self.jobs_claimed = 0
         self.result_batches = 0  # result transactions of this node's agents, and the results in them
         self.results = 0
@@ -186,6 +187,12 @@ class Engine:
             except Exception:
                 log.exception("%s crashed; restarting it in 1 s", loop.__name__)
                 await asyncio.sleep(1.0)
+
+    def pickup_behind(self, seconds: float) -> bool:
+        """Whether this node's claims run behind: its last claim, within the last second, took a job
+        that had waited past `seconds` since it was due (background work, retention, gives way)."""
+        at, waited = self._pickup
+        return waited > seconds and time.monotonic() - at < 1.0
 
     def wake(self) -> None:
         """Tell the dispatcher there may be work or room."""
@@ -686,6 +693,7 @@ class Engine:
             if not jobs:
                 continue
             self.metrics.claimed(jobs, now)
+            self._pickup = (time.monotonic(), now - min(j.run_at for j in jobs))
             self.tracing.claimed(jobs, now, s.name)
             assigned = True
             self.claims += 1

@@ -115,7 +115,7 @@ class Node:
             tracing if tracing is not None else tracing_for(settings.tracing, sample_ratio=settings.trace_sample_ratio)
         )
         self.engine = Engine(self.store, self.bus, settings, metrics=self.metrics, tracing=self.tracing)
-        self.retention = Retention(self.store, settings, self.metrics)
+        self.retention = Retention(self.store, settings, self.metrics, pickup_behind=self.engine.pickup_behind)
         self.app = create_app(self.engine)
         self.app.state.archive = self.retention.archive
         self.relays: list[Relay] = []

@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,13 @@ FILE_PATTERN = r"^jobs-\d{4}-\d{2}-\d{2}\.jsonl\.gz$"
 DAY = 86400.0
 LEASE = "retention"  # the store's lease row (core/store/relay_cursors.py LEASE_ONLY)
 LEASE_SECONDS = 120.0  # renewed before each batch; a batch (read, archive with fsync, purge) takes far less
+# Retention is background work: while the node's claims pick jobs up later than PICKUP_BEHIND after they
+# were due, the next batch waits, in steps of YIELD_STEP, up to MAX_YIELD a batch (so a node that is
+# always behind still purges, at least a batch every MAX_YIELD). The purge's CPU then goes to the
+# claims when they need it, not on top of a backlog it helps to build.
+PICKUP_BEHIND = 0.05
+YIELD_STEP = 0.05
+MAX_YIELD = 0.5
 
 
 def archive_dir(settings: Settings) -> Path:
@@ -176,8 +183,12 @@ class Retention:
     """The loop that archives and purges; one per node, and one node at a time holds the lease that
     lets it (the store's `retention` lease row, as the outbox relays hold theirs)."""
 
-    def __init__(self, store: Any, settings: Settings, metrics: Any = None, clock: Any = utcnow) -> None:
+    def __init__(self, store: Any, settings: Settings, metrics: Any = None, clock: Any = utcnow,
+                 pickup_behind: Callable[[float], bool] | None = None) -> None:  # fmt: skip
+        """`pickup_behind(seconds)`: whether the node's claims run that far behind (Engine.pickup_behind);
+        the batches give way to them."""
         self.store = store
+        self.pickup_behind = pickup_behind
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
@@ -242,5 +253,13 @@ class Retention:
             batches += 1
             if self.metrics is not None:
                 self.metrics.retained(len(lines), gone)
-            await asyncio.sleep(self.settings.retention_pause_seconds)  # the writer serves others between batches
+            await self._give_way()
         return archived, purged
+
+    async def _give_way(self) -> None:
+        """The pause between batches (the writer serves the others), longer while pick-ups run behind."""
+        await asyncio.sleep(self.settings.retention_pause_seconds)
+        waited = 0.0
+        while self.pickup_behind is not None and waited < MAX_YIELD and self.pickup_behind(PICKUP_BEHIND):
+            await asyncio.sleep(YIELD_STEP)
+            waited += YIELD_STEP

@@ -225,3 +225,23 @@ async def test_two_postgres_nodes_list_each_other_s_archive_files(tmp_path: Path
     finally:
         for node, _, task in nodes:
             await stop_node(node, task)
+
+
+async def test_the_node_s_retention_knows_when_its_claims_run_behind(tmp_path: Path) -> None:
+    """Engine.pickup_behind, what the node's retention gives way to: a job claimed 0.3 s after it was due
+    (its queue paused meanwhile) says the claims run behind; a second later, with nothing claimed
+    since, it says nothing."""
+    node, url, task = await start_node(node_settings(tmp_path, job_retention_days=30))
+    try:
+        assert node.retention.pickup_behind == node.engine.pickup_behind
+        async with JobDeckClient(url) as c:
+            await c.queue_action("late", "pause")
+            job = await c.submit({"queue": "late", "task": {"kind": "python", "function": "agents.builtin:noop"}})
+            await asyncio.sleep(0.3)
+            await c.queue_action("late", "resume")
+            await c.wait_for(job["id"], timeout=30)
+            assert node.engine.pickup_behind(0.05) and not node.engine.pickup_behind(1.0)
+            await asyncio.sleep(1.1)
+            assert not node.engine.pickup_behind(0.05), "a claim more than a second ago says nothing now"
+    finally:
+        await stop_node(node, task)

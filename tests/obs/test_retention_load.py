@@ -142,7 +142,7 @@ async def test_100000_old_jobs_are_archived_and_purged_while_a_steady_stream_kee
     try:
         kept = load_settings(environ={}, data_dir=tmp_path, job_retention_days=30)  # the defaults: batches of 500
         gated = GatedStore(node.store)
-        retention = Retention(gated, kept, node.metrics)
+        retention = Retention(gated, kept, node.metrics, pickup_behind=node.engine.pickup_behind)  # as the node's
         stream = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.obs.retention_stream", url, str(RATE), str(tmp_path / "sent.json"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).parents[2],

@@ -195,6 +195,35 @@ async def test_the_retention_loop_archives_by_day_and_purges(kit: StoreKit, tmp_
     assert archive.find(day_b[0], []) is not None and len(opened) == 1, "no rows: the newest files first, as before"
 
 
+async def test_retention_batches_give_way_while_pickups_run_behind(
+    kit: StoreKit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the node's claims run behind (Engine.pickup_behind), each batch waits up to MAX_YIELD before
+    the next, asking again every YIELD_STEP; once they keep up, only the configured pause."""
+    import core.retention as retention_module
+
+    monkeypatch.setattr(retention_module, "MAX_YIELD", 0.2)
+    monkeypatch.setattr(retention_module, "YIELD_STEP", 0.05)
+    await finished_jobs(kit.store, 12, "q", NOW - 40 * DAY)
+    settings = load_settings(environ={}, data_dir=tmp_path, job_retention_days=30, retention_batch=4,
+                             retention_pause_seconds=0)  # fmt: skip
+    asked: list[float] = []
+
+    def behind(seconds: float) -> bool:
+        asked.append(seconds)
+        return True
+
+    began = time.monotonic()
+    assert await Retention(kit.store, settings, clock=lambda: NOW, pickup_behind=behind).run_once() == (12, 12)
+    took = time.monotonic() - began
+    assert took >= 3 * 0.2, f"3 batches, each waited for the claims: {took:.2f} s"
+    assert len(asked) == 3 * 4 and set(asked) == {retention_module.PICKUP_BEHIND}, asked
+    await finished_jobs(kit.store, 12, "q", NOW - 40 * DAY)
+    began = time.monotonic()
+    assert await Retention(kit.store, settings, clock=lambda: NOW, pickup_behind=lambda s: False).run_once() == (12, 12)
+    assert time.monotonic() - began < 3 * 0.2, "keeping up: no wait beyond the pause"
+
+
 @two_nodes
 async def test_two_nodes_never_archive_the_same_batch(kit: StoreKit, tmp_path: Path) -> None:
     """Both nodes run a retention round at once, each to its own archive folder: one holds the
