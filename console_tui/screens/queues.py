@@ -162,7 +162,9 @@ class QueuesView(TableView):
         client = self.console.client
 
         async def submit(text: str) -> Json:
-            return await client.update_queue(q["name"], **parse(text))
+            changed = await client.update_queue(q["name"], **parse(text))
+            self.console.notify(f"queue {q['name']}: {what.lower()} {shown(changed)}")  # what the queue now has
+            return changed
 
         self.console.push_screen(PromptScreen(f"{what} of queue {q['name']}", hint, submit, value=shown(q)))
 

@@ -56,6 +56,9 @@ async def test_queue_pause_resume_and_concurrency(node: ServerProcess, api: JobD
         app.screen.query_one("#value").value = "2"
         await pilot.press("enter")
         await until(lambda: queues.items["ops-q"].get("key_concurrency") == 2, 15, "the per-key limit shown")
+        said = [str(n.message) for n in app._notifications]
+        assert {"queue ops-q: concurrency 3", "queue ops-q: rate limit 2.5 burst 4",
+                "queue ops-q: per-key limit 2"} <= set(said), f"each change is confirmed: {said}"  # fmt: skip
         await pilot.press("W")
         await until(lambda: isinstance(app.screen, PromptScreen), 15, "the fair-share prompt")
         assert app.screen.query_one("#value").value == "off", "no rotation, no weights yet"
