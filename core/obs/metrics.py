@@ -207,7 +207,8 @@ class _AgentCollector:
         slots = GaugeMetricFamily("jobdeck_agent_slots", "Slots of the agents connected to this node", labels=["use"])
         busy = sum(len(s.running) for s in sessions)
         slots.add_metric(["busy"], busy)
-        slots.add_metric(["free"], sum(s.free for s in sessions))
+        # slots with no run, not `free` (what the next claim may take: with prefetch, beyond the slots)
+        slots.add_metric(["free"], sum(0 if s.draining else max(0, s.slots - s.busy) for s in sessions))
         yield agents
         yield slots
 
