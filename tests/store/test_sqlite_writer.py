@@ -90,3 +90,75 @@ async def test_a_wal_grown_by_a_burst_is_cut_back_once_checkpointed(tmp_path: Pa
         assert wal.stat().st_size <= 1024 * 1024, f"the WAL stayed at {wal.stat().st_size:,} bytes (was {grown:,})"
     finally:
         await writer.stop()
+
+
+def _wal_restarts(wal: Path) -> int:
+    """The WAL header's checkpoint sequence number: one more each time the WAL starts from its beginning."""
+    with wal.open("rb") as f:
+        return int.from_bytes(f.read(16)[12:16], "big")
+
+
+async def test_a_wal_under_steady_writes_starts_again_in_the_same_file_never_truncated(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """While the writer commits, the checkpoints keep the WAL bounded by having it start again from its
+    beginning, in the file it has: they never truncate it (an ftruncate of a 64-256 MB WAL held every
+    write 16-90 ms, and a file grown again costs each commit more). So once the file has reached the
+    size limit it never gets smaller while writes go on, and it never grows far past it."""
+    import threading
+    import time
+
+    from core.store import _sqlite_writer
+
+    limit = 1024 * 1024
+    monkeypatch.setattr(_sqlite_writer, "WAL_SIZE_LIMIT", limit)
+    monkeypatch.setattr(_sqlite_writer, "RESTART_AT", limit // 2, raising=False)
+    monkeypatch.setattr(_sqlite_writer, "CHECKPOINT_EVERY", 0.05)
+    path = tmp_path / "w.db"
+    wal = path.with_name("w.db-wal")
+    writer = Writer(path, lambda: 0.0, lambda events: None)
+    await writer.start()
+    stop = threading.Event()
+
+    def reader() -> None:  # readers that come and go, as the API's do
+        conn = sqlite3.connect(path)
+        try:
+            while not stop.is_set():
+                conn.execute("SELECT count(*) FROM written").fetchone()
+                time.sleep(0.002)
+        finally:
+            conn.close()
+
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    try:
+        await writer.run(lambda tx: tx.conn.execute("CREATE TABLE written (n INTEGER PRIMARY KEY, body TEXT)") and None)
+        for t in readers:
+            t.start()
+        blob = "x" * 1000
+        sizes: list[int] = []
+        restarts0 = _wal_restarts(wal)
+        n = 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (len(sizes) < 300 or _wal_restarts(wal) - restarts0 < 3):
+
+            def write(tx: Tx, first: int = n) -> None:  # ~15 pages a commit: inserts, and a prune of old rows
+                tx.conn.executemany("INSERT INTO written VALUES (?, ?)", [(first + i, blob) for i in range(40)])
+                tx.conn.execute("DELETE FROM written WHERE n < ?", (first - 400,))
+
+            await writer.run(write)
+            n += 40
+            sizes.append(wal.stat().st_size)
+            await asyncio.sleep(0.001)
+        restarts = _wal_restarts(wal) - restarts0
+    finally:
+        stop.set()
+        for t in readers:
+            if t.is_alive():
+                t.join()
+        await writer.stop()
+    assert restarts >= 3, f"the WAL should have started again several times in {len(sizes)} commits, got {restarts}"
+    reached = next((i for i, s in enumerate(sizes) if s >= limit), None)
+    assert reached is not None, f"the WAL never reached the {limit:,}-byte limit: sizes up to {max(sizes):,}"
+    shrunk = [(i, s) for i, s in enumerate(sizes[reached:], reached) if s < limit]
+    assert not shrunk, f"the WAL was truncated while the writer worked: (commit, size) {shrunk[:5]}"
+    assert max(sizes) <= 4 * limit, f"the WAL grew to {max(sizes):,} bytes (limit {limit:,}): {sizes[::10]}"
