@@ -135,12 +135,14 @@ class AgentSession:
 
     async def assign(self, jobs: list[Job], extras: dict[int, Message] | None = None) -> None:
         self.assigned_at = time.monotonic()
-        if self.prefetch:
-            self._given.append((self.assigned_at, [j.id for j in jobs]))
         for j in jobs:
             self.running[j.id] = j.attempt
             if self.queue_slots:
                 self.run_queue[j.id] = j.queue
+        if self.prefetch:
+            self._given.append((self.assigned_at, [j.id for j in jobs]))
+            if len(self._given) > 2 * self.slots + 8:  # a long run at the head: forget the ended ones behind it
+                self._given = collections.deque(g for g in self._given if any(j in self.running for j in g[1]))
         extras = extras or {}
         await self.channel.send({"type": "assign", "jobs": [assignment(j, extras.get(j.id)) for j in jobs]})
 

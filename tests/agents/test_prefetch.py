@@ -154,3 +154,27 @@ async def test_the_core_gives_jobs_ahead_only_while_runs_are_short(running: Runn
 
 async def _state(c: Any, job_id: int, state: str) -> bool:
     return bool((await c.get_job(job_id))["state"] == state)
+
+
+async def test_what_the_core_keeps_of_its_assignments_stays_small_behind_one_long_run() -> None:
+    """The core remembers when it gave each batch (to tell a long run from short ones). One run that
+    goes on while thousands of short ones come and go must not make that memory grow with them, and
+    it still says the agent is given nothing ahead."""
+    from core.agent_session import AgentSession
+    from core.model import Job
+
+    core_end, agent_end = LocalChannel.pair()
+    session = AgentSession(None, core_end, {"name": "a", "slots": 4, "prefetch": 4})  # type: ignore[arg-type]
+    session.run_seconds = 0.001  # its runs were short
+    job = dict(queue="q", state="running", priority=0, sort_key=0.0, run_at=0.0, created_at=0.0, updated_at=0.0,
+               attempt=1, max_attempts=1, backoff_base=1.0, backoff_cap=1.0, timeout=None, task={})  # fmt: skip
+    await session.assign([Job(id=1, name="long", **job)])  # type: ignore[arg-type]
+    for i in range(2, 2000):
+        await session.assign([Job(id=i, name="short", **job)])  # type: ignore[arg-type]
+        del session.running[i]  # its result came
+        await agent_end.recv()
+    assert len(session._given) <= 2 * session.slots + 9, f"{len(session._given)} assignments kept"
+    await asyncio.sleep(0.02)  # the long run is overdue now
+    assert session.ahead == 0, f"ahead {session.ahead} while job 1 runs on"
+    del session.running[1]
+    assert session.ahead == 4 and not session._given, (session.ahead, list(session._given))
