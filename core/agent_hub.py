@@ -316,7 +316,8 @@ class AgentHub:
         if any(_room_for(s, job.queue) for s in mine):
             return None
         now = time.monotonic()
-        busy = [(s.name, s.busy, s.slots) for s in mine]  # a bulkhead may keep its free ones for other queues
+        # a bulkhead may keep its free ones for other queues; jobs given ahead wait beyond the slots
+        busy = [(s.name, min(s.busy, s.slots), s.slots) for s in mine]
         for a, seen in self.remote.values():
             if (now - seen >= self.policy.lease_seconds or a["name"] in self.sessions or a["draining"]
                     or (a["queues"] != ["*"] and job.queue not in a["queues"])
