@@ -76,16 +76,20 @@ async def fill_pending(c: Conn) -> int:
         if not taken:
             return 0
         await c.execute(f"INSERT INTO job_search (job_id, body) SELECT id, {BODY} FROM jobs WHERE id = ANY($1::bigint[]) "
-                        "ON CONFLICT (job_id) DO NOTHING", ids)  # fmt: skip
+                        "ORDER BY id ON CONFLICT (job_id) DO NOTHING", ids)  # fmt: skip
         await c.execute("DELETE FROM job_search_pending WHERE id = ANY($1::bigint[])", taken)
         return len(ids)
 
 
 async def index_all(c: Conn) -> None:
     """Index every pending job at once (a store filled in SQL, outside the store: benches, tests). The
-    pending rows are taken first (an indexer's are waited for, then gone), so no job is written by two."""
+    pending rows are taken first (an indexer's are waited for, then gone), so no job is written by two.
+    In id order, as the indexer writes them: the hash of the ids' IN scattered the rows over the table
+    (correlation 0.49 with job_id), and a block's index scan then walked the trigrams' entries of every
+    row beside its own: 2.4 ms a block without a match instead of 0.15 (a search page 48 ms instead of 4
+    at 600,000 jobs; 438 ms p95 at 1.4 M in the scale bench)."""
     await c.execute(f"WITH gone AS (DELETE FROM job_search_pending RETURNING ids) INSERT INTO job_search (job_id, body) "
-                    f"SELECT id, {BODY} FROM jobs WHERE id IN (SELECT unnest(ids) FROM gone) "
+                    f"SELECT id, {BODY} FROM jobs WHERE id IN (SELECT unnest(ids) FROM gone) ORDER BY id "
                     "ON CONFLICT (job_id) DO NOTHING")  # fmt: skip
 
 

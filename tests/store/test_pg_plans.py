@@ -8,6 +8,7 @@ JOBDECK_PLAN_JOBS sets how many jobs the table holds (default 200,000).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -308,6 +309,29 @@ SORTED = [
     # Not here: a queue sorted by priority walks jobs_priority and filters, which reads every job of a
     # higher priority first (the fill's q7 has only priority 2: 80,000 rows). No (queue, priority) index.
 ]
+
+
+@pytest.mark.parametrize("kit", ["postgres"], indirect=True)
+async def test_the_text_index_is_written_in_id_order(kit: StoreKit) -> None:
+    """job_search's rows lie in the table in id order when index_all (SQL fills) or the indexer writes
+    them: the GIN index holds row addresses, so an id block's scan is cheap only when the block's rows
+    are neighbours. Written in the IN's hash order, a block without a match cost 2.4 ms instead of
+    0.15 (a search page 48 ms instead of 4 at 600,000 jobs, 438 ms p95 at 1.4 M in the scale bench)."""
+    async with kit.store._pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO jobs (name, queue, state, priority, sort_key, run_at, created_at, updated_at, attempt, "
+            "max_attempts, backoff_base, backoff_cap, task, tags, spec_max_attempts) "
+            "SELECT 'job-' || i, 'q', 'succeeded', 0, i, 0, 0, 0, 1, 3, 1, 3600, '{\"kind\": \"noop\"}', '[]', 3 "
+            "FROM generate_series(1, 30000) AS i"
+        )
+        async with conn.transaction():  # a small work_mem: the IN's hash spills, as it did at 600,000 jobs
+            await conn.execute("SET LOCAL work_mem = '64kB'")
+            await search_index.index_all(conn)
+        rows = await conn.fetch("SELECT job_id FROM job_search ORDER BY ctid")
+        ids = [r[0] for r in rows]
+        assert len(ids) >= 30_000, f"indexed {len(ids)} of 30,000"
+        back = sum(1 for a, b in itertools.pairwise(ids) if b < a)
+        assert back == 0, f"{back} of {len(ids):,} rows lie before a lower id: first ids by address {ids[:10]}"
 
 
 @pytest.mark.parametrize("kit", ["postgres"], indirect=True)
