@@ -100,6 +100,11 @@ class AgentSession:
         return 0 if overdue else self.prefetch
 
     @property
+    def slots_free(self) -> int:
+        """Slots with no run (what the agents list and the slots gauge show; `free` adds the jobs ahead)."""
+        return 0 if self.draining else max(0, self.slots - self.busy)
+
+    @property
     def free(self) -> int:
         """What its next claim may take: its free slots, and what it takes ahead (`ahead`)."""
         return 0 if self.draining else max(0, self.slots + self.ahead - self.busy)
@@ -116,7 +121,7 @@ class AgentSession:
             "labels": self.labels,
             "slots": self.slots,
             "slots_used": min(self.slots, len(self.running) + len(self.held)),
-            "slots_free": 0 if self.draining else max(0, self.slots - self.busy),
+            "slots_free": self.slots_free,
             "running": sorted(self.running),
             "draining": self.draining,
             "heartbeat_age": round(time.time() - self.last_heartbeat, 3),

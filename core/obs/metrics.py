@@ -208,7 +208,7 @@ class _AgentCollector:
         busy = sum(len(s.running) for s in sessions)
         slots.add_metric(["busy"], busy)
         # slots with no run, not `free` (what the next claim may take: with prefetch, beyond the slots)
-        slots.add_metric(["free"], sum(0 if s.draining else max(0, s.slots - s.busy) for s in sessions))
+        slots.add_metric(["free"], sum(s.slots_free for s in sessions))
         yield agents
         yield slots
 

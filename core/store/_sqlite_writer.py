@@ -41,9 +41,12 @@ NEXT_JOB_ID = (
 ROWS_PER_STATEMENT = 256
 
 
-def _row_chunks(rows: Sequence[Sequence[Any]]) -> Iterator[Sequence[Sequence[Any]]]:
+def _values_lists(rows: Sequence[Sequence[Any]]) -> Iterator[tuple[str, list[Any]]]:
+    """The rows as VALUES lists of at most ROWS_PER_STATEMENT rows: ("(?, ?), (?, ?)", their values)."""
     for i in range(0, len(rows), ROWS_PER_STATEMENT):
-        yield rows[i : i + ROWS_PER_STATEMENT]
+        part = rows[i : i + ROWS_PER_STATEMENT]
+        one = "(" + ", ".join("?" * len(part[0])) + ")"
+        yield ", ".join([one] * len(part)), [v for r in part for v in r]
 
 
 def insert_values(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -51,9 +54,8 @@ def insert_values(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[A
     executemany runs one a row. Each statement is a release and a take of the GIL by the writer
     thread, which then waits for the event loop to let go of it (up to the switch interval): an
     executemany of 64 events was 64 of those waits."""
-    for part in _row_chunks(rows):
-        one = "(" + ", ".join("?" * len(part[0])) + ")"
-        conn.execute(f"{head} VALUES {', '.join([one] * len(part))}", [v for r in part for v in r])
+    for values, params in _values_lists(rows):
+        conn.execute(f"{head} VALUES {values}", params)
 
 
 def update_from_values(
@@ -64,10 +66,8 @@ def update_from_values(
     n = len(columns)
     sets = ", ".join(f"{c} = v.column{i + 1}" for i, c in enumerate(columns))
     match = " AND ".join(f"{table}.{k} = v.column{n + i + 1}" for i, k in enumerate(keys))
-    for part in _row_chunks(rows):
-        one = "(" + ", ".join("?" * len(part[0])) + ")"
-        conn.execute(f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([one] * len(part))}) AS v WHERE {match}",
-                     [v for r in part for v in r])  # fmt: skip
+    for values, params in _values_lists(rows):
+        conn.execute(f"UPDATE {table} SET {sets} FROM (VALUES {values}) AS v WHERE {match}", params)
 
 
 def connect(path: Path, *, readonly: bool = False, trace: Trace | None = None) -> sqlite3.Connection:
